@@ -1,0 +1,87 @@
+/* Typed configuration of atlas (DESIGN §5).
+ *
+ * Every key has exactly one definition: its row in the table of config.c,
+ * which names its section, type, range, default and documentation. The
+ * shipped config/atlas.conf is generated from that table (`atlas config
+ * --defaults`) and a test keeps the two equal. Key names are unique across
+ * sections, so a flag `-o key=value` needs no section.
+ *
+ * Order of precedence: table defaults < INI file < flags.
+ */
+#ifndef ATLAS_CONFIG_CONFIG_H
+#define ATLAS_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ATLAS_PATH_MAX 4096
+#define ATLAS_SYSTEM_MAX 8192   /* bytes of a system prompt */
+#define ATLAS_STOP_MAX 8        /* stop strings per session */
+#define ATLAS_STOP_LEN 64       /* bytes of one stop string */
+
+enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
+
+struct atlas_config {
+	/* [model] */
+	char model[ATLAS_PATH_MAX];     /* Hugging Face model directory */
+
+	/* [engine] */
+	char backend[16];               /* auto | cpu | cuda */
+	int device;                     /* cuda device index */
+	int threads;                    /* cpu worker threads, 0 = all online cores */
+	int max_batch;                  /* sequences in one engine step (= engine slots) */
+	int chunk_size;                 /* prefill tokens in one step, over all sequences */
+	int context;                    /* tokens of one session's context, 0 = the model's maximum */
+	int kv_block_size;              /* tokens per KV block */
+	uint64_t kv_memory;             /* bytes for the KV block pool */
+
+	/* [sessions] */
+	int sessions;                   /* session directories s1..sN made at mount */
+	int max_sessions;               /* most sessions, counting those made with mkdir */
+	enum atlas_mode mode;           /* default mode of a new session */
+	float temperature;              /* sampling defaults of a new session */
+	float top_p;
+	int top_k;
+	int max_tokens;
+	uint64_t seed;
+	char system[ATLAS_SYSTEM_MAX];  /* default system prompt, "" for none */
+
+	/* [fs] */
+	char mountpoint[ATLAS_PATH_MAX];
+	bool allow_other;
+	bool default_permissions;
+	double attr_timeout;            /* seconds the kernel caches session attributes */
+
+	/* [log] */
+	char log_level[16];             /* error | warn | info | debug */
+};
+
+/* Fill every field with its table default. */
+void atlas_config_defaults(struct atlas_config *c);
+
+/* Read an INI file over c. Unknown sections or keys and bad values fail with
+ * a message naming the file, line and key; c is then unspecified. */
+int atlas_config_load(struct atlas_config *c, const char *path, char *err, size_t errlen);
+
+/* Set one key from text ("max_batch", "16"), as a flag or INI line does. */
+int atlas_config_set(struct atlas_config *c, const char *key, const char *value, char *err,
+		     size_t errlen);
+
+/* Check relations between keys after all sources are applied. */
+int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen);
+
+/* The effective configuration as INI text (what ctl/config shows). With
+ * `documented`, every key is preceded by its documentation as comments: the
+ * shipped config/atlas.conf. Returns the length written (snprintf semantics). */
+size_t atlas_config_format(const struct atlas_config *c, bool documented, char *buf, size_t len);
+
+/* The model directory to load: c->model, or when that is empty the directory
+ * chosen at build time (meson option default_model). */
+const char *atlas_config_model_dir(const struct atlas_config *c);
+
+/* Parse "512", "64K", "2M", "1G" (powers of 1024). */
+int atlas_parse_size(const char *text, uint64_t *out);
+const char *atlas_mode_name(enum atlas_mode m);
+
+#endif

@@ -1,0 +1,224 @@
+/* The public API of the atlas inference engine: engine, session, turn, stats.
+ *
+ * Handles are opaque. All functions are thread-safe and return quickly: none
+ * waits for generation. One engine thread per engine owns the scheduler and
+ * the backend; it appends text to a turn's output and then calls the notify
+ * callback, so that a reader parked on that session can be woken.
+ *
+ * A model directory without tokenizer files works through token ids: a prompt
+ * is then decimal ids separated by spaces, commas or newlines, and the output
+ * is each generated id followed by a space, the turn ending with a newline.
+ *
+ * Text that crosses this API is UTF-8. Output is released a whole character
+ * at a time, and text that could still become a stop string is held back until
+ * it is known not to be one.
+ */
+#ifndef ATLAS_ENGINE_ENGINE_H
+#define ATLAS_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+struct atlas_engine;
+struct atlas_session;
+
+enum atlas_state {
+	ATLAS_STATE_IDLE,     /* no turn pending */
+	ATLAS_STATE_QUEUED,   /* a turn waits for a slot */
+	ATLAS_STATE_PREFILL,  /* reading its prompt */
+	ATLAS_STATE_DECODE,   /* generating */
+	ATLAS_STATE_PARKED,   /* preempted: KV released, resumes when memory frees */
+	ATLAS_STATE_ERROR,    /* the newest turn failed; last_error says why */
+};
+const char *atlas_state_name(enum atlas_state s);
+
+enum atlas_tier { ATLAS_TIER_HBM, ATLAS_TIER_HOST, ATLAS_TIER_DISK, ATLAS_TIERS };
+const char *atlas_tier_name(enum atlas_tier t);
+
+/* ---- engine ---- */
+
+/* Load the model atlas_config_model_dir(cfg) names, open the backend and start the engine
+ * thread. cfg is copied. */
+int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out, char *err,
+		      size_t errlen);
+/* Stop the engine thread, end every turn (ECANCELED) and free everything.
+ * Every session must have been closed. */
+void atlas_engine_close(struct atlas_engine *e);
+
+/* Called on the engine thread, with no engine lock held, whenever a session's
+ * output grows, its turn ends or its state changes. It must not block. */
+typedef void (*atlas_notify_fn)(void *ctx, struct atlas_session *s);
+void atlas_engine_set_notify(struct atlas_engine *e, atlas_notify_fn fn, void *ctx);
+
+/* ---- sessions ---- */
+
+/* A new session named `name` (unique; [A-Za-z0-9_.-], at most 63 bytes) with
+ * the config's default settings. -EEXIST, -EINVAL, -EMFILE (max_sessions). */
+int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_session **out,
+		       char *err, size_t errlen);
+/* Cancel its turns, free its KV and forget it. The handle is invalid after. */
+void atlas_session_close(struct atlas_session *s);
+const char *atlas_session_name(const struct atlas_session *s);
+
+/* Settings: what the session's ctl file shows and takes. */
+struct atlas_params {
+	float temperature;              /* 0 = greedy */
+	float top_p;                    /* (0, 1], 1 = off */
+	int top_k;                      /* 0 = off */
+	int max_tokens;                 /* generated tokens per turn, >= 1 */
+	uint64_t seed;
+	enum atlas_mode mode;           /* chat or raw (never auto once a session exists) */
+	int n_stop;
+	char stop[ATLAS_STOP_MAX][ATLAS_STOP_LEN];
+	char system[ATLAS_SYSTEM_MAX];  /* chat mode's system prompt, "" for none */
+};
+
+void atlas_session_get_params(struct atlas_session *s, struct atlas_params *out);
+/* Validate and apply; on error nothing changes. Applies to turns that start after. */
+int atlas_session_set_params(struct atlas_session *s, const struct atlas_params *p, char *err,
+			     size_t errlen);
+
+/* Parse one `key value` setting into p (value: the rest of the line, with
+ * \n \t \\ escapes for stop and system). `stop` appends a stop string; the
+ * first `stop` of a batch of lines replaces the list, which the caller marks
+ * by clearing *stop_seen before the batch. An empty value clears. */
+int atlas_params_parse(struct atlas_params *p, const char *key, const char *value,
+		       bool *stop_seen, char *err, size_t errlen);
+/* Render p as `key value` lines, escaped so that atlas_params_parse reads them
+ * back. Returns the length written (snprintf semantics). */
+size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len);
+
+/* ---- turns ---- */
+
+/* Append a turn with this prompt (chat mode wraps it in the model's chat
+ * template) and queue it. Returns the turn number (1, 2, ...) or a negative
+ * errno: -EBUSY if a turn is still running, -EINVAL for bad UTF-8. A prompt
+ * that does not fit the context is accepted and fails its turn with EIO and a
+ * message saying so. */
+int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,
+			 size_t errlen);
+/* The same with token ids (raw: appended as they are). */
+int atlas_session_submit_tokens(struct atlas_session *s, const int32_t *ids, size_t n,
+				char *err, size_t errlen);
+/* End the running or queued turn (its output ends with ECANCELED). */
+void atlas_session_cancel(struct atlas_session *s);
+/* Cancel, forget every turn and free the session's KV. */
+void atlas_session_reset(struct atlas_session *s);
+
+/* The newest turn's number, 0 if none yet. */
+uint64_t atlas_session_newest_turn(struct atlas_session *s);
+
+struct atlas_read {
+	size_t n;        /* bytes copied into buf */
+	bool more;       /* the turn may still produce bytes after off + n */
+	int error;       /* when !more: 0 (ended normally) or -EIO / -ECANCELED */
+};
+/* Copy output of `turn` from byte offset `off`. Never blocks: if nothing is
+ * available yet, r->n = 0 and r->more = true. A turn that has been forgotten
+ * (reset) reads as ended with -ECANCELED. */
+int atlas_session_read(struct atlas_session *s, uint64_t turn, uint64_t off, char *buf,
+		       size_t len, struct atlas_read *r);
+
+/* The token ids of `turn`: what its prompt added to the context (template
+ * included) and what it generated so far (malloc'd; caller frees both).
+ * -ENOENT for a turn that does not exist (or was forgotten). */
+int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **prompt,
+			      size_t *n_prompt, int32_t **generated, size_t *n_generated);
+
+/* The whole transcript as text (malloc'd, NUL-terminated; caller frees). */
+int atlas_session_history(struct atlas_session *s, char **text, size_t *len);
+
+struct atlas_session_status {
+	enum atlas_state state;
+	int slot;                         /* engine slot, -1 when none */
+	uint64_t turns;                   /* turns submitted */
+	uint64_t prompt_tokens;           /* newest turn: tokens its prompt added */
+	uint64_t generated_tokens;        /* newest turn: tokens generated */
+	uint64_t context_tokens;          /* tokens in the session's context */
+	uint64_t context_max;             /* the context limit */
+	uint32_t kv_blocks[ATLAS_TIERS];  /* KV blocks held, per tier */
+	double ttft_s;                    /* newest turn: submit to first token, -1 if none yet */
+	double tokens_per_s;              /* newest turn: decode rate, 0 if none yet */
+	char finish[16];                  /* newest turn: "", "stop", "length", "eos", "error", "cancelled" */
+	char last_error[256];             /* "" if none */
+};
+int atlas_session_status(struct atlas_session *s, struct atlas_session_status *st);
+
+/* ---- engine-wide stats (ctl/ files): one consistent snapshot ---- */
+
+#define ATLAS_MAX_SLOTS 256
+#define ATLAS_SPEC_POSITIONS 8
+
+struct atlas_slot_stats {
+	int slot;
+	char session[64];                 /* "" when free */
+	enum atlas_state state;
+	uint64_t position;                /* tokens in the sequence's KV */
+	uint32_t kv_blocks[ATLAS_TIERS];
+	double draft_acceptance;          /* 0..1, 0 without speculation */
+	double tokens_per_s;
+};
+
+struct atlas_kv_stats {
+	uint32_t block_size;
+	uint64_t blocks_used[ATLAS_TIERS], blocks_total[ATLAS_TIERS];
+	uint64_t bytes_per_block;
+	uint64_t swap_out_bytes_total, swap_in_bytes_total;
+	uint64_t swap_out_ops_total, swap_in_ops_total;
+	double read_latency_p50_s, read_latency_p99_s;
+	uint64_t prefetch_hits_total;
+	uint32_t parked_sessions;
+	uint64_t preemptions_total;       /* sequences whose KV was dropped to make room */
+	uint64_t evictions_total;         /* idle sessions whose KV was dropped to make room */
+};
+
+struct atlas_spec_stats {
+	char method[16];                  /* "off", "ngram", "mtp" */
+	uint64_t drafts_total, draft_tokens_total, accepted_tokens_total;
+	double acceptance_by_position[ATLAS_SPEC_POSITIONS];
+	double mean_accepted_length;
+};
+
+struct atlas_ep_stats {
+	int ranks, hosts, experts_per_rank;
+	uint64_t collectives_total;
+	double collective_seconds_total;
+};
+
+struct atlas_engine_stats {
+	char model[ATLAS_PATH_MAX];       /* model directory */
+	char architecture[64];            /* "Qwen3ForCausalLM" */
+	uint64_t parameters;
+	char dtype[16];                   /* weights as stored in the files */
+	char backend[16];
+	char device[128];
+	uint64_t memory_total, weights_bytes, kv_bytes;
+	int layers, hidden_size, heads, kv_heads, head_dim, vocab_size, context;
+	uint64_t sessions, turns_total, prompt_tokens_total, generated_tokens_total;
+	uint64_t steps_total, step_tokens_total;
+	double busy_seconds_total;        /* engine thread time spent in steps */
+	double uptime_s;
+	int n_slots;
+	struct atlas_slot_stats slots[ATLAS_MAX_SLOTS];
+	struct atlas_kv_stats kv;
+	struct atlas_spec_stats spec;
+	struct atlas_ep_stats ep;
+};
+int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *out);
+
+/* ---- tools: tokenizer and raw logits (the CLI, tests) ---- */
+
+struct atlas_tokenizer;
+/* The engine's tokenizer, NULL if the model directory has none. */
+const struct atlas_tokenizer *atlas_engine_tokenizer(struct atlas_engine *e);
+int atlas_engine_vocab_size(struct atlas_engine *e);
+/* Logits of every position of one fresh sequence, [n × vocab] f32 row-major,
+ * computed by the engine thread through the same forward path as sessions
+ * (prefill chunks of cfg->chunk_size). */
+int atlas_engine_logits(struct atlas_engine *e, const int32_t *ids, size_t n, float *out,
+			char *err, size_t errlen);
+
+#endif

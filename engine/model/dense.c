@@ -1,0 +1,168 @@
+/* The forward pass of the dense decoder families: Qwen3ForCausalLM and
+ * LlamaForCausalLM (pre-norm, GQA attention with rotary positions, SwiGLU MLP).
+ *
+ * One step, all rows at once, read top to bottom:
+ *
+ *   x = embed(ids)
+ *   per layer:  xn = rmsnorm(x += previous block's output)
+ *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)
+ *               q, k = rmsnorm per head (Qwen3), then rotary
+ *               store k, v in the paged cache; att = attention(q, cache)
+ *               proj = att · Woᵀ
+ *               xn = rmsnorm(x += proj)
+ *               proj = (silu(xn · Wgateᵀ) * (xn · Wupᵀ)) · Wdownᵀ
+ *   logits = lm_head · rmsnorm(x += proj)[out_rows]
+ *
+ * The residual add is the fused first half of the rmsnorm op, so the residual
+ * stream x is touched once per block. Every buffer is a row view of the
+ * scratch sized at load: nothing is allocated here.
+ */
+#include "engine/model/internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/err.h"
+
+#define TRY(op) do { int rc_ = (op); if (rc_) return rc_; } while (0)
+
+/* A bias that the model does not have is passed to matmul as NULL. */
+static const struct kt_tensor *opt(const struct kt_tensor *t)
+{
+	return t->data ? t : NULL;
+}
+
+static int alloc_f32(struct kt_backend *be, int64_t rows, int64_t cols, struct kt_tensor *t,
+		     const char *what, char *err, size_t errlen)
+{
+	int rc = kt_alloc(be, KT_F32, rows, cols, t);
+	if (rc)
+		return atlas_errf(err, errlen, rc,
+				  "scratch %s [%lld, %lld]: backend allocation failed", what,
+				  (long long)rows, (long long)cols);
+	return 0;
+}
+
+int dense_alloc_scratch(struct model *m, char *err, size_t errlen)
+{
+	const struct model_config *c = &m->cfg;
+	struct kt_backend *be = m->be;
+	struct scratch *s = &m->s;
+	const int64_t t = m->max_tokens, e = c->hidden_size, in = c->intermediate_size;
+	const int64_t q = (int64_t)c->n_heads * c->head_dim;
+	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
+	const int half = c->head_dim / 2;
+	int rc;
+
+	if ((rc = alloc_f32(be, t, e, &s->x, "x", err, errlen)) ||
+	    (rc = alloc_f32(be, t, e, &s->xn, "xn", err, errlen)) ||
+	    (rc = alloc_f32(be, t, e, &s->proj, "proj", err, errlen)) ||
+	    (rc = alloc_f32(be, t, q, &s->q, "q", err, errlen)) ||
+	    (rc = alloc_f32(be, t, kv, &s->k, "k", err, errlen)) ||
+	    (rc = alloc_f32(be, t, kv, &s->v, "v", err, errlen)) ||
+	    (rc = alloc_f32(be, t, q, &s->att, "att", err, errlen)) ||
+	    (rc = alloc_f32(be, t, in, &s->gate, "gate", err, errlen)) ||
+	    (rc = alloc_f32(be, t, in, &s->up, "up", err, errlen)) ||
+	    (rc = alloc_f32(be, m->max_out, e, &s->out_h, "out_h", err, errlen)) ||
+	    (rc = alloc_f32(be, 1, half, &s->inv_freq, "inv_freq", err, errlen)))
+		return rc;
+
+	float *inv_freq = malloc((size_t)half * sizeof *inv_freq);
+	if (!inv_freq)
+		return atlas_errf(err, errlen, -ENOMEM, "rotary table: out of memory");
+	model_rope_inv_freq(c, inv_freq);
+	rc = kt_upload(be, &s->inv_freq, 0, inv_freq, (size_t)half * sizeof *inv_freq);
+	free(inv_freq);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "rotary table: upload failed");
+	return 0;
+}
+
+void dense_free_scratch(struct model *m)
+{
+	struct kt_tensor *all[] = { &m->s.x, &m->s.xn, &m->s.proj, &m->s.q, &m->s.k, &m->s.v,
+				    &m->s.att, &m->s.gate, &m->s.up, &m->s.out_h, &m->s.inv_freq };
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
+		if (all[i]->data)
+			kt_free(m->be, all[i]);
+}
+
+/* Attention block of layer l: q, k, v from xn, into the cache, out to proj. */
+static int attention_block(struct model *m, int l, const struct kt_batch *b,
+			   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+			   const struct kt_tensor *xn, const struct kt_tensor *proj)
+{
+	const struct model_config *c = &m->cfg;
+	const struct layer_weights *w = &m->layers[l];
+	struct kt_backend *be = m->be;
+	const int T = b->n_tokens, hq = c->n_heads, hkv = c->n_kv_heads, d = c->head_dim;
+	const struct kt_tensor q = kt_rows(m->s.q, 0, T), k = kt_rows(m->s.k, 0, T);
+	const struct kt_tensor v = kt_rows(m->s.v, 0, T), att = kt_rows(m->s.att, 0, T);
+	/* The same rows seen one head per row, for the per-head norms. */
+	const struct kt_tensor q_heads = kt_reshape(q, (int64_t)T * hq, d);
+	const struct kt_tensor k_heads = kt_reshape(k, (int64_t)T * hkv, d);
+
+	TRY(kt_matmul(be, &q, xn, &w->wq, opt(&w->bq)));
+	TRY(kt_matmul(be, &k, xn, &w->wk, opt(&w->bk)));
+	TRY(kt_matmul(be, &v, xn, &w->wv, opt(&w->bv)));
+	if (c->qk_norm) {
+		TRY(kt_rmsnorm(be, &q_heads, &q_heads, NULL, &w->q_norm, c->rms_norm_eps));
+		TRY(kt_rmsnorm(be, &k_heads, &k_heads, NULL, &w->k_norm, c->rms_norm_eps));
+	}
+	TRY(kt_rope(be, &q, &b->pos, &m->s.inv_freq, hq, d));
+	TRY(kt_rope(be, &k, &b->pos, &m->s.inv_freq, hkv, d));
+	TRY(kt_kv_store(be, kcache, vcache, &k, &v, b));
+	TRY(kt_attention(be, &att, &q, kcache, vcache, b, hq, hkv, d, 1.0f / sqrtf((float)d)));
+	TRY(kt_matmul(be, proj, &att, &w->wo, opt(&w->bo)));
+	return 0;
+}
+
+/* MLP block of layer l: SwiGLU of xn, out to proj. */
+static int mlp_block(struct model *m, int l, int T, const struct kt_tensor *xn,
+		     const struct kt_tensor *proj)
+{
+	const struct layer_weights *w = &m->layers[l];
+	struct kt_backend *be = m->be;
+	const struct kt_tensor gate = kt_rows(m->s.gate, 0, T), up = kt_rows(m->s.up, 0, T);
+
+	TRY(kt_matmul(be, &gate, xn, &w->w_gate, opt(&w->b_gate)));
+	TRY(kt_matmul(be, &up, xn, &w->w_up, opt(&w->b_up)));
+	TRY(kt_swiglu(be, &gate, &gate, &up));
+	TRY(kt_matmul(be, proj, &gate, &w->w_down, opt(&w->b_down)));
+	return 0;
+}
+
+int dense_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
+		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+		  const struct kt_tensor *out_rows, const struct kt_tensor *logits)
+{
+	const struct model_config *c = &m->cfg;
+	struct kt_backend *be = m->be;
+	const int T = b->n_tokens;
+	const int64_t n_out = out_rows->rows;
+	const float eps = c->rms_norm_eps;
+
+	if (T <= 0 || T > m->max_tokens || ids->rows != T || n_out > m->max_out ||
+	    logits->rows < n_out || logits->cols != c->vocab_size)
+		return -EINVAL;
+
+	const struct kt_tensor x = kt_rows(m->s.x, 0, T), xn = kt_rows(m->s.xn, 0, T);
+	const struct kt_tensor proj = kt_rows(m->s.proj, 0, T);
+	const struct kt_tensor h_out = kt_rows(m->s.out_h, 0, n_out);
+	const struct kt_tensor out_logits = kt_rows(*logits, 0, n_out);
+
+	TRY(kt_embed(be, &x, &m->embed, ids));
+	for (int l = 0; l < c->n_layers; l++) {
+		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &m->layers[l].attn_norm, eps));
+		TRY(attention_block(m, l, b, &kcache[l], &vcache[l], &xn, &proj));
+		TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->layers[l].ffn_norm, eps));
+		TRY(mlp_block(m, l, T, &xn, &proj));
+	}
+	TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->final_norm, eps));
+	if (n_out == 0)
+		return 0;
+	TRY(kt_gather_rows(be, &h_out, &xn, out_rows));
+	TRY(kt_matmul(be, &out_logits, &h_out, &m->lm_head, NULL));
+	return 0;
+}

@@ -1,0 +1,65 @@
+/* Loading a model directory and running its forward pass (model.h). */
+#include "engine/model/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
+	       struct model **out, char *err, size_t errlen)
+{
+	struct model *m;
+	int rc;
+
+	if (max_tokens <= 0 || max_out <= 0)
+		return atlas_errf(err, errlen, -EINVAL, "%s: max_tokens %d and max_out %d must be "
+				  "positive", dir, max_tokens, max_out);
+	m = calloc(1, sizeof *m);
+	if (!m)
+		return atlas_errf(err, errlen, -ENOMEM, "%s: out of memory", dir);
+	m->be = be;
+	m->max_tokens = max_tokens;
+	m->max_out = max_out;
+	if ((rc = model_config_load(dir, &m->cfg, err, errlen)) ||
+	    (rc = st_open_dir(dir, &m->st, err, errlen)) ||
+	    (rc = model_bind_weights(m, err, errlen)) ||
+	    (rc = dense_alloc_scratch(m, err, errlen))) {
+		model_free(m);
+		return rc;
+	}
+	log_info("%s: %s, %d layers, %llu parameters (%s), %.1f MiB of weights on %s", dir,
+		 m->cfg.architecture, m->cfg.n_layers, (unsigned long long)m->info.parameters,
+		 m->info.dtype, (double)m->info.device_bytes / (1 << 20), be->info.backend);
+	*out = m;
+	return 0;
+}
+
+void model_free(struct model *m)
+{
+	if (!m)
+		return;
+	dense_free_scratch(m);
+	model_free_weights(m);
+	st_close(m->st);
+	free(m);
+}
+
+const struct model_config *model_get_config(const struct model *m)
+{
+	return &m->cfg;
+}
+
+void model_get_info(const struct model *m, struct model_info *out)
+{
+	*out = m->info;
+}
+
+int model_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
+		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+		  const struct kt_tensor *out_rows, const struct kt_tensor *logits)
+{
+	return dense_forward(m, ids, b, kcache, vcache, out_rows, logits);
+}

@@ -1,0 +1,192 @@
+/* Binding the tensors of the weight files to the model by name.
+ *
+ * Each expected tensor must be present with a float dtype (F32, F16, BF16)
+ * and exactly the shape the configuration implies; it is then handed to the
+ * backend with kt_weight(), which may alias the mapping because the files
+ * stay mapped while the model lives. Tensors nobody asked for (rotary
+ * inv_freq buffers, an lm_head.weight next to tied embeddings) are logged at
+ * debug level and ignored.
+ */
+#include "engine/model/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+static int check_shape(const struct st_tensor *t, int64_t rows, int64_t cols, char *err,
+		       size_t errlen)
+{
+	const bool is_vector = rows == 0;
+	char want[64], got[160];
+	int n = 0;
+	bool ok = is_vector ? t->n_dims == 1 && t->shape[0] == cols
+			    : t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols;
+
+	if (ok)
+		return 0;
+	if (is_vector)
+		snprintf(want, sizeof want, "[%" PRId64 "]", cols);
+	else
+		snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", rows, cols);
+	n += snprintf(got + n, sizeof got - (size_t)n, "[");
+	for (int i = 0; i < t->n_dims && n < (int)sizeof got - 24; i++)
+		n += snprintf(got + n, sizeof got - (size_t)n, "%s%" PRId64, i ? ", " : "",
+			      t->shape[i]);
+	snprintf(got + n, sizeof got - (size_t)n, "]");
+	return atlas_errf(err, errlen, -EINVAL, "%s: tensor %s: shape %s, the config wants %s",
+			  t->file, t->name, got, want);
+}
+
+/* Find name, check it and upload it into *dst: a matrix [rows, cols], or
+ * with rows == 0 a vector [cols], which the backend holds as [1, cols]. */
+static int bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
+		int64_t cols, char *err, size_t errlen)
+{
+	struct st_tensor *t = st_find(m->st, name);
+	int rc;
+
+	if (!t)
+		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
+				  name);
+	if (!t->dtype_ok)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
+				  t->file, name, t->dtype_name);
+	if ((rc = check_shape(t, rows, cols, err, errlen)))
+		return rc;
+	rows = rows ? rows : 1;
+	rc = kt_weight(m->be, t->dtype, t->data, rows, cols, true, dst);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "%s: tensor %s: backend: %s", t->file, name,
+				  strerror(-rc));
+	t->bound = true;
+	m->weights[m->n_weights++] = dst;
+	m->info.parameters += (uint64_t)rows * (uint64_t)cols;
+	m->info.file_bytes += t->nbytes;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
+}
+
+/* Bind model.layers.<l>.<suffix>. */
+static int bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
+		      int64_t rows, int64_t cols, char *err, size_t errlen)
+{
+	char name[128];
+	snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
+	return bind(m, dst, name, rows, cols, err, errlen);
+}
+
+static int bind_attention(struct model *m, int l, char *err, size_t errlen)
+{
+	const struct model_config *c = &m->cfg;
+	struct layer_weights *w = &m->layers[l];
+	const int64_t e = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim;
+	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
+	int rc;
+
+	if ((rc = bind_layer(m, l, &w->attn_norm, "input_layernorm.weight", 0, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->wq, "self_attn.q_proj.weight", q, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->wk, "self_attn.k_proj.weight", kv, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->wv, "self_attn.v_proj.weight", kv, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->wo, "self_attn.o_proj.weight", e, q, err, errlen)))
+		return rc;
+	if (c->attention_bias &&
+	    ((rc = bind_layer(m, l, &w->bq, "self_attn.q_proj.bias", 0, q, err, errlen)) ||
+	     (rc = bind_layer(m, l, &w->bk, "self_attn.k_proj.bias", 0, kv, err, errlen)) ||
+	     (rc = bind_layer(m, l, &w->bv, "self_attn.v_proj.bias", 0, kv, err, errlen)) ||
+	     (rc = bind_layer(m, l, &w->bo, "self_attn.o_proj.bias", 0, e, err, errlen))))
+		return rc;
+	if (c->qk_norm &&
+	    ((rc = bind_layer(m, l, &w->q_norm, "self_attn.q_norm.weight", 0, c->head_dim, err,
+			      errlen)) ||
+	     (rc = bind_layer(m, l, &w->k_norm, "self_attn.k_norm.weight", 0, c->head_dim, err,
+			      errlen))))
+		return rc;
+	return 0;
+}
+
+static int bind_mlp(struct model *m, int l, char *err, size_t errlen)
+{
+	const struct model_config *c = &m->cfg;
+	struct layer_weights *w = &m->layers[l];
+	const int64_t e = c->hidden_size, in = c->intermediate_size;
+	int rc;
+
+	if ((rc = bind_layer(m, l, &w->ffn_norm, "post_attention_layernorm.weight", 0, e, err,
+			     errlen)) ||
+	    (rc = bind_layer(m, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->w_up, "mlp.up_proj.weight", in, e, err, errlen)) ||
+	    (rc = bind_layer(m, l, &w->w_down, "mlp.down_proj.weight", e, in, err, errlen)))
+		return rc;
+	if (c->mlp_bias &&
+	    ((rc = bind_layer(m, l, &w->b_gate, "mlp.gate_proj.bias", 0, in, err, errlen)) ||
+	     (rc = bind_layer(m, l, &w->b_up, "mlp.up_proj.bias", 0, in, err, errlen)) ||
+	     (rc = bind_layer(m, l, &w->b_down, "mlp.down_proj.bias", 0, e, err, errlen))))
+		return rc;
+	return 0;
+}
+
+/* The dtype that holds most of the weight bytes, for model_info. */
+static void note_file_dtype(struct model *m)
+{
+	size_t bytes[KT_I32 + 1] = { 0 };
+	int best = KT_F32;
+
+	for (int i = 0; i < m->st->n_tensors; i++) {
+		const struct st_tensor *t = &m->st->tensors[i];
+		if (t->bound)
+			bytes[t->dtype] += t->nbytes;
+	}
+	for (int d = 0; d <= KT_I32; d++)
+		if (bytes[d] > bytes[best])
+			best = d;
+	snprintf(m->info.dtype, sizeof m->info.dtype, "%s", kt_dtype_name((enum kt_dtype)best));
+}
+
+int model_bind_weights(struct model *m, char *err, size_t errlen)
+{
+	const struct model_config *c = &m->cfg;
+	const int per_layer = 18;
+	int rc;
+
+	m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+	m->weights = calloc((size_t)c->n_layers * per_layer + 3, sizeof *m->weights);
+	if (!m->layers || !m->weights)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory for %d layers", c->n_layers);
+	if ((rc = bind(m, &m->embed, "model.embed_tokens.weight", c->vocab_size, c->hidden_size,
+		       err, errlen)))
+		return rc;
+	for (int l = 0; l < c->n_layers; l++)
+		if ((rc = bind_attention(m, l, err, errlen)) || (rc = bind_mlp(m, l, err, errlen)))
+			return rc;
+	if ((rc = bind(m, &m->final_norm, "model.norm.weight", 0, c->hidden_size, err, errlen)))
+		return rc;
+	if (c->tie_word_embeddings)
+		m->lm_head = m->embed;
+	else if ((rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size, err,
+			    errlen)))
+		return rc;
+
+	for (int i = 0; i < m->st->n_tensors; i++)
+		if (!m->st->tensors[i].bound)
+			log_debug("%s: tensor %s: not used by %s, ignored", m->st->tensors[i].file,
+				  m->st->tensors[i].name, c->architecture);
+	note_file_dtype(m);
+	return 0;
+}
+
+void model_free_weights(struct model *m)
+{
+	for (int i = 0; i < m->n_weights; i++)
+		kt_free(m->be, m->weights[i]);
+	free(m->weights);
+	free(m->layers);
+	m->weights = NULL;
+	m->layers = NULL;
+	m->n_weights = 0;
+}

@@ -1,0 +1,223 @@
+/* The backend interface: device memory and the ops of a transformer forward pass.
+ *
+ * The engine reaches a device only through this header. A backend is a table
+ * of function pointers (`struct kt_ops`) behind `struct kt_backend`; the cpu
+ * implementation (kernels/cpu/) is the reference and the cuda one
+ * (kernels/cuda/) the production path. Callers use the kt_* inline wrappers.
+ *
+ * Conventions
+ *  - A tensor is a contiguous row-major matrix `rows × cols` in backend memory.
+ *    Views of consecutive rows share the allocation (kt_rows()); reshaping is
+ *    writing other rows/cols over the same data (kt_reshape()).
+ *  - Activations are f32. Weights are stored in the dtype the backend chooses
+ *    in kt_weight() (cpu: f32; cuda: bf16). Token ids and indices are i32.
+ *  - Ops are ordered: each runs after the previous op of the same backend has
+ *    finished (cpu: synchronously; cuda: on one stream). kt_download() and
+ *    kt_sample() return only when their result is on the host.
+ *  - Ops return 0 or a negative errno. An op never allocates: workspaces are
+ *    sized at open from `struct kt_config` limits.
+ *
+ * Paged KV (DESIGN §4.2): the K and V caches of one layer are tensors of
+ * `n_blocks * block_size` rows and `n_kv_heads * head_dim` cols. Token t of a
+ * step belongs to sequence slot `seq[t]` at position `pos[t]`; its cache row
+ * is `block_tables[seq[t]][pos[t] / block_size] * block_size + pos[t] % block_size`.
+ * Attention reads keys only through the block table, never by position alone.
+ */
+#ifndef ATLAS_KERNELS_BACKEND_H
+#define ATLAS_KERNELS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum kt_dtype { KT_F32, KT_F16, KT_BF16, KT_I32 };
+
+size_t kt_dtype_size(enum kt_dtype t);
+const char *kt_dtype_name(enum kt_dtype t);
+
+struct kt_tensor {
+	void *data;          /* backend memory: host pointer on cpu, device pointer on cuda */
+	enum kt_dtype dtype;
+	int64_t rows, cols;  /* row-major, contiguous */
+};
+
+static inline size_t kt_nbytes(const struct kt_tensor *t)
+{
+	return (size_t)t->rows * (size_t)t->cols * kt_dtype_size(t->dtype);
+}
+
+/* Rows [r0, r0 + n) of t, sharing its memory. */
+static inline struct kt_tensor kt_rows(struct kt_tensor t, int64_t r0, int64_t n)
+{
+	t.data = (char *)t.data + (size_t)r0 * (size_t)t.cols * kt_dtype_size(t.dtype);
+	t.rows = n;
+	return t;
+}
+
+/* The same memory seen as rows × cols (rows * cols must not exceed the original). */
+static inline struct kt_tensor kt_reshape(struct kt_tensor t, int64_t rows, int64_t cols)
+{
+	t.rows = rows;
+	t.cols = cols;
+	return t;
+}
+
+/* Step metadata for kv_store and attention. The tensors live in backend
+ * memory and are filled by the engine with kt_upload() before the step. */
+struct kt_batch {
+	int n_tokens;                  /* T: tokens in this step */
+	int block_size;                /* KV rows per block */
+	int max_kv_len;                /* max over tokens of pos + 1 (a hint for work splitting) */
+	struct kt_tensor pos;          /* [T, 1] i32: position of each token in its sequence */
+	struct kt_tensor seq;          /* [T, 1] i32: sequence slot of each token (row of block_tables) */
+	struct kt_tensor block_tables; /* [max_seqs, max_blocks_per_seq] i32: device block ids per slot */
+};
+
+/* Per-row sampling request. temperature 0 means greedy (argmax, lowest id on ties). */
+struct kt_sample_row {
+	float temperature;
+	float top_p;     /* 1 disables */
+	int32_t top_k;   /* 0 disables */
+	float u;         /* uniform random number in [0, 1) chosen by the caller */
+};
+
+struct kt_device_info {
+	char name[128];          /* "cpu (2 threads, OpenBLAS)", "NVIDIA H100 80GB HBM3" */
+	char backend[16];        /* "cpu" or "cuda" */
+	uint64_t memory_total;   /* bytes of device memory (cpu: physical RAM) */
+	uint64_t memory_free;    /* at open */
+	enum kt_dtype kv_dtype;  /* dtype the backend wants for the KV cache */
+};
+
+struct kt_config {
+	const char *backend;  /* "auto", "cpu" or "cuda" */
+	int threads;          /* cpu: worker threads, 0 = all online cores */
+	int device;           /* cuda: device index */
+	int max_tokens;       /* most tokens in one step */
+	int max_seqs;         /* most sequences in one step */
+	int max_context;      /* most positions in one sequence */
+	int max_heads;        /* most attention heads of the model */
+	int max_head_dim;     /* largest head_dim of the model */
+};
+
+struct kt_backend;
+
+struct kt_ops {
+	void (*close)(struct kt_backend *be);
+
+	int (*alloc)(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,
+		     struct kt_tensor *out);
+	void (*free)(struct kt_backend *be, struct kt_tensor *t);
+	int (*upload)(struct kt_backend *be, const struct kt_tensor *dst, size_t offset,
+		      const void *src, size_t bytes);
+	int (*download)(struct kt_backend *be, void *dst, const struct kt_tensor *src, size_t offset,
+			size_t bytes);
+	/* Store a weight given in src_dtype (f32, f16 or bf16) as the backend likes it.
+	 * src_outlives: src stays mapped while the backend runs, so it may be aliased. */
+	int (*weight)(struct kt_backend *be, enum kt_dtype src_dtype, const void *src, int64_t rows,
+		      int64_t cols, bool src_outlives, struct kt_tensor *out);
+	int (*synchronize)(struct kt_backend *be);
+
+	/* out[t, :] = table[ids[t], :]   out [T, H] f32, table [V, H], ids [T, 1] i32 */
+	int (*embed)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
+		     const struct kt_tensor *ids);
+	/* If residual: x += residual. Then out = x / rms(x) * w, per row.
+	 * out, x, residual [R, D] f32 (out may be x); w [1, D]. */
+	int (*rmsnorm)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		       const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
+	/* y = x · wᵀ (+ bias)   y [T, N] f32, x [T, K] f32, w [N, K], bias NULL or [1, N] */
+	int (*matmul)(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		      const struct kt_tensor *w, const struct kt_tensor *bias);
+	/* Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face) pairing:
+	 * (x[i], x[i + D/2]) rotated by pos[t] * inv_freq[i], angle in f32.
+	 * x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32. */
+	int (*rope)(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
+		    const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+	/* Write each token's k and v rows into the paged caches (see the top of this file).
+	 * kcache, vcache [n_blocks * block_size, n_kv * D]; k, v [T, n_kv * D] f32. */
+	int (*kv_store)(struct kt_backend *be, const struct kt_tensor *kcache,
+			const struct kt_tensor *vcache, const struct kt_tensor *k,
+			const struct kt_tensor *v, const struct kt_batch *b);
+	/* Causal attention of each token over positions 0..pos[t] of its sequence,
+	 * read through the block table; GQA: head h uses kv head h / (n_heads / n_kv_heads).
+	 * out, q [T, n_heads * D] f32. */
+	int (*attention)(struct kt_backend *be, const struct kt_tensor *out,
+			 const struct kt_tensor *q, const struct kt_tensor *kcache,
+			 const struct kt_tensor *vcache, const struct kt_batch *b, int n_heads,
+			 int n_kv_heads, int head_dim, float scale);
+	/* out = silu(gate) * up   all [T, I] f32 (out may be gate) */
+	int (*swiglu)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
+		      const struct kt_tensor *up);
+	/* y += x   both [R, D] f32 */
+	int (*add)(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x);
+	/* out[i, :] = x[idx[i], :]   out [n, D], x [T, D] f32, idx [n, 1] i32 */
+	int (*gather_rows)(struct kt_backend *be, const struct kt_tensor *out,
+			   const struct kt_tensor *x, const struct kt_tensor *idx);
+	/* Sample one id per row of logits [n, V] f32 into ids (host memory, n entries).
+	 * Order: temperature scaling, top-k, top-p over the softmax, then inverse-CDF
+	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
+	int (*sample)(struct kt_backend *be, const struct kt_tensor *logits,
+		      const struct kt_sample_row *rows, int n, int32_t *ids);
+};
+
+struct kt_backend {
+	const struct kt_ops *ops;
+	struct kt_device_info info;
+};
+
+/* Open the backend that c->backend names ("auto": cuda when built with CUDA
+ * and a GPU is present, else cpu). */
+int kt_backend_open(const struct kt_config *c, struct kt_backend **out, char *err, size_t errlen);
+/* The backends this build contains, space separated ("cpu cuda"). */
+const char *kt_backends_built(void);
+
+static inline void kt_backend_close(struct kt_backend *be) { if (be) be->ops->close(be); }
+
+#define KT_OP(name, ...) (be->ops->name(be, __VA_ARGS__))
+static inline int kt_alloc(struct kt_backend *be, enum kt_dtype dt, int64_t rows, int64_t cols,
+			   struct kt_tensor *out) { return KT_OP(alloc, dt, rows, cols, out); }
+static inline void kt_free(struct kt_backend *be, struct kt_tensor *t) { be->ops->free(be, t); }
+static inline int kt_upload(struct kt_backend *be, const struct kt_tensor *dst, size_t off,
+			    const void *src, size_t n) { return KT_OP(upload, dst, off, src, n); }
+static inline int kt_download(struct kt_backend *be, void *dst, const struct kt_tensor *src,
+			      size_t off, size_t n) { return KT_OP(download, dst, src, off, n); }
+static inline int kt_weight(struct kt_backend *be, enum kt_dtype src_dt, const void *src,
+			    int64_t rows, int64_t cols, bool outlives, struct kt_tensor *out)
+{ return KT_OP(weight, src_dt, src, rows, cols, outlives, out); }
+static inline int kt_synchronize(struct kt_backend *be) { return be->ops->synchronize(be); }
+static inline int kt_embed(struct kt_backend *be, const struct kt_tensor *out,
+			   const struct kt_tensor *table, const struct kt_tensor *ids)
+{ return KT_OP(embed, out, table, ids); }
+static inline int kt_rmsnorm(struct kt_backend *be, const struct kt_tensor *out,
+			     const struct kt_tensor *x, const struct kt_tensor *residual,
+			     const struct kt_tensor *w, float eps)
+{ return KT_OP(rmsnorm, out, x, residual, w, eps); }
+static inline int kt_matmul(struct kt_backend *be, const struct kt_tensor *y,
+			    const struct kt_tensor *x, const struct kt_tensor *w,
+			    const struct kt_tensor *bias) { return KT_OP(matmul, y, x, w, bias); }
+static inline int kt_rope(struct kt_backend *be, const struct kt_tensor *x,
+			  const struct kt_tensor *pos, const struct kt_tensor *inv_freq, int n_heads,
+			  int head_dim) { return KT_OP(rope, x, pos, inv_freq, n_heads, head_dim); }
+static inline int kt_kv_store(struct kt_backend *be, const struct kt_tensor *kc,
+			      const struct kt_tensor *vc, const struct kt_tensor *k,
+			      const struct kt_tensor *v, const struct kt_batch *b)
+{ return KT_OP(kv_store, kc, vc, k, v, b); }
+static inline int kt_attention(struct kt_backend *be, const struct kt_tensor *out,
+			       const struct kt_tensor *q, const struct kt_tensor *kc,
+			       const struct kt_tensor *vc, const struct kt_batch *b, int n_heads,
+			       int n_kv_heads, int head_dim, float scale)
+{ return KT_OP(attention, out, q, kc, vc, b, n_heads, n_kv_heads, head_dim, scale); }
+static inline int kt_swiglu(struct kt_backend *be, const struct kt_tensor *out,
+			    const struct kt_tensor *gate, const struct kt_tensor *up)
+{ return KT_OP(swiglu, out, gate, up); }
+static inline int kt_add(struct kt_backend *be, const struct kt_tensor *y,
+			 const struct kt_tensor *x) { return KT_OP(add, y, x); }
+static inline int kt_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
+				 const struct kt_tensor *x, const struct kt_tensor *idx)
+{ return KT_OP(gather_rows, out, x, idx); }
+static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
+			    const struct kt_sample_row *rows, int n, int32_t *ids)
+{ return KT_OP(sample, logits, rows, n, ids); }
+#undef KT_OP
+
+#endif

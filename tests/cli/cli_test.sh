@@ -1,0 +1,183 @@
+#!/bin/sh
+# Tests of the atlas command-line tool, run on the built binary:
+#
+#   cli_test.sh CASE ATLAS      CASE: help usage config tokenize generate logits
+#
+# Exits 0 (passed), 1 (failed) or 77 (skipped: an input is missing).
+set -u
+case=$1
+atlas=$2
+src=${ATLAS_SOURCE_ROOT:?}
+build=${ATLAS_BUILD_ROOT:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+
+# expect STATUS ARGS...: run atlas ARGS (stdout in $tmp/out, stderr in
+# $tmp/err) and check its exit status.
+expect() {
+	want=$1
+	shift
+	"$atlas" "$@" >"$tmp/out" 2>"$tmp/err"
+	got=$?
+	[ "$got" = "$want" ] || fail "atlas $* exited $got, not $want; stderr: $(cat "$tmp/err")"
+}
+
+# expect_error STATUS ARGS...: the same, and stderr is one line naming atlas.
+expect_error() {
+	expect "$@"
+	shift
+	[ "$(wc -l <"$tmp/err")" = 1 ] || fail "atlas $*: stderr is not one line: $(cat "$tmp/err")"
+	grep -q '^atlas[ :]' "$tmp/err" || fail "atlas $*: message does not name atlas: $(cat "$tmp/err")"
+}
+
+# A small model directory: the fidelity test models, or the one tools/check.sh makes.
+find_model() {
+	for dir in "$src"/tests/fidelity/models/*/ "$build/testdata/tiny-qwen3/"; do
+		[ -f "$dir/config.json" ] && { echo "${dir%/}"; return 0; }
+	done
+	return 1
+}
+
+vocab_of() {
+	sed -n 's/.*"vocab_size": *\([0-9][0-9]*\).*/\1/p' "$1/config.json" | head -n 1
+}
+
+# Small KV memory: meson's MALLOC_PERTURB_ would fill the default 1G.
+quiet="-o log_level=warn -o threads=1 -o kv_memory=16M"
+
+case_help() {
+	for cmd in generate tokenize detokenize logits bench config; do
+		expect 0 "$cmd" --help
+		grep -q "^usage: atlas $cmd" "$tmp/out" || fail "atlas $cmd --help: no usage line"
+		expect 0 "$cmd" -h
+	done
+	expect 0 --help
+	for cmd in generate tokenize detokenize logits bench config; do
+		grep -q "^  $cmd " "$tmp/out" || fail "atlas --help does not list $cmd"
+	done
+	expect_error 2 nosuchcommand
+	expect 2
+}
+
+case_usage() {
+	expect_error 2 generate --bogus hi
+	expect_error 2 generate --temperature warm hi
+	expect_error 2 generate --top-k -3 hi
+	expect_error 2 generate --mode banana hi
+	expect_error 2 generate --tokens 1,x
+	expect_error 2 generate --tokens 1,2 and a prompt
+	expect_error 2 generate --tokens ,
+	expect_error 2 generate -o threads hi
+	expect_error 2 generate -o max_batch=999 hi
+	expect_error 2 generate -o nosuchkey=1 hi
+	expect_error 2 generate --model
+	expect_error 2 tokenize extra
+	expect_error 2 tokenize --model
+	expect_error 2 detokenize --special
+	expect_error 2 logits --tokens 1
+	expect_error 2 logits --out "$tmp/l"
+	expect_error 2 logits --tokens 1 --prompt x --out "$tmp/l"
+	expect_error 2 logits --tokens 1 --top 0
+	expect_error 2 bench --batch 0
+	expect_error 2 bench --batch 1,x
+	expect_error 2 bench --gen-tokens 1
+	expect_error 2 bench extra
+	expect_error 2 config --defaults -o threads=1
+	expect_error 2 config -o threads=many
+	expect_error 2 config extra
+
+	# failures that are not usage errors exit 1
+	expect_error 1 config --config /nonexistent/atlas.conf
+	expect_error 1 tokenize --model /nonexistent </dev/null
+	expect_error 1 generate --model /nonexistent $quiet --tokens 1
+	printf '[engine]\nthreads = 1\nmax_batch = 300\n' >"$tmp/bad.conf"
+	expect_error 1 config --config "$tmp/bad.conf"
+	grep -q "bad.conf:3: key 'max_batch'" "$tmp/err" || fail "no FILE:LINE: key in: $(cat "$tmp/err")"
+}
+
+case_config() {
+	expect 0 config --defaults
+	cmp -s "$tmp/out" "$src/config/atlas.conf" ||
+		fail "atlas config --defaults differs from config/atlas.conf"
+
+	printf '[engine]\nthreads = 3\n[sessions]\nsystem = two\\nlines\n' >"$tmp/my.conf"
+	expect 0 config --config "$tmp/my.conf" -o max_batch=16 -o kv_memory=512M
+	cp "$tmp/out" "$tmp/effective.conf"
+	for line in 'threads = 3' 'max_batch = 16' 'kv_memory = 512M' 'system = two\nlines' \
+		    'chunk_size = 256'; do
+		grep -qxF "$line" "$tmp/effective.conf" || fail "atlas config: no line '$line'"
+	done
+	grep -q '^#' "$tmp/effective.conf" && fail "atlas config prints comments"
+	# what it prints reads back as the same configuration
+	expect 0 config --config "$tmp/effective.conf"
+	cmp -s "$tmp/out" "$tmp/effective.conf" || fail "atlas config output does not read back"
+}
+
+case_tokenize() {
+	tok=$build/testdata/qwen3-tokenizer
+	[ -f "$tok/tokenizer.json" ] || skip "no $tok (tools/fetch-tokenizer makes it)"
+	printf 'Hello, world!' >"$tmp/text"
+	expect 0 tokenize --model "$tok" <"$tmp/text"
+	[ "$(cat "$tmp/out")" = "9707 11 1879 0" ] || fail "tokenize 'Hello, world!': $(cat "$tmp/out")"
+
+	printf 'Grüße, 世界! 😀\n\n  indented\tline <|im_end|> end\n' >"$tmp/text"
+	expect 0 tokenize --model "$tok" <"$tmp/text"
+	cp "$tmp/out" "$tmp/ids"
+	grep -qE '^[0-9]+( [0-9]+)*$' "$tmp/ids" || fail "tokenize output is not ids on one line"
+	expect 0 detokenize --model "$tok" <"$tmp/ids"
+	cmp -s "$tmp/out" "$tmp/text" || fail "detokenize(tokenize(text)) differs from text"
+	tr ' ' ',' <"$tmp/ids" >"$tmp/ids-commas"
+	expect 0 detokenize --model "$tok" <"$tmp/ids-commas"
+	cmp -s "$tmp/out" "$tmp/text" || fail "detokenize of comma-separated ids differs"
+
+	echo "1 999999999" >"$tmp/bad"
+	expect_error 1 detokenize --model "$tok" <"$tmp/bad"
+}
+
+case_generate() {
+	model=$(find_model) || skip "no tiny model (tests/fidelity/models or testdata/tiny-qwen3)"
+	vocab=$(vocab_of "$model")
+	args="--model $model $quiet --mode raw --temperature 0 --max-tokens 8 --tokens 3,1,4,1,5"
+	expect 0 generate $args --ids
+	cp "$tmp/out" "$tmp/ids1"
+	expect 0 generate $args --ids
+	cmp -s "$tmp/out" "$tmp/ids1" || fail "greedy generation differs between runs"
+	n=0
+	for id in $(cat "$tmp/ids1"); do
+		case $id in *[!0-9]*) fail "--ids printed '$id'" ;; esac
+		[ "$id" -lt "$vocab" ] || fail "generated id $id is not below the vocabulary $vocab"
+		n=$((n + 1))
+	done
+	[ "$n" -ge 1 ] && [ "$n" -le 8 ] || fail "$n ids generated with --max-tokens 8"
+
+	expect 0 generate $args
+	cp "$tmp/out" "$tmp/text1"
+	[ -s "$tmp/text1" ] || fail "generate printed nothing"
+	expect 0 generate $args
+	cmp -s "$tmp/out" "$tmp/text1" || fail "greedy text differs between runs"
+}
+
+case_logits() {
+	model=$(find_model) || skip "no tiny model (tests/fidelity/models or testdata/tiny-qwen3)"
+	vocab=$(vocab_of "$model")
+	expect 0 logits --model "$model" $quiet --tokens 3,1,4,1,5 --out "$tmp/logits" --top 2
+	size=$(wc -c <"$tmp/logits")
+	[ "$size" -eq $((5 * vocab * 4)) ] || fail "logits file has $size bytes, not 5 x $vocab x 4"
+	[ "$(wc -l <"$tmp/out")" = 5 ] || fail "--top printed $(wc -l <"$tmp/out") lines for 5 positions"
+	grep -qE '^4 [0-9]+:[-0-9.e+]+ [0-9]+:[-0-9.e+]+$' "$tmp/out" || fail "--top line: $(tail -n 1 "$tmp/out")"
+
+	# the best logit of the last position is greedy generation's first token
+	best=$(tail -n 1 "$tmp/out" | cut -d' ' -f2 | cut -d: -f1)
+	expect 0 generate --model "$model" $quiet --mode raw --temperature 0 --max-tokens 1 \
+		--tokens 3,1,4,1,5 --ids
+	[ "$(cat "$tmp/out")" = "$best" ] || fail "argmax $best but generate chose $(cat "$tmp/out")"
+}
+
+case "$case" in
+help | usage | config | tokenize | generate | logits) "case_$case" ;;
+*) fail "unknown case '$case'" ;;
+esac
+echo "ok: $case"

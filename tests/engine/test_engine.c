@@ -1,0 +1,429 @@
+/* The engine's invariants on the cpu backend (DESIGN §4), through its public
+ * API: greedy tokens are identical alone or batched, for any prefill chunk
+ * size, with or without preemption; a second turn continues on the KV of the
+ * first; bad input fails one turn and leaves the engine working.
+ *
+ * Usage: test_engine MODEL_DIR   (exit 77 when the directory is missing)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "engine/engine.h"
+
+static const char *model_dir;
+
+/* Waiting for turns: the notify callback broadcasts a condition variable. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static uint64_t wakeups;
+
+static void on_notify(void *ctx, struct atlas_session *s)
+{
+	pthread_mutex_lock(&mu);
+	wakeups++;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_memory)
+{
+	struct atlas_config c;
+	atlas_config_defaults(&c);
+	snprintf(c.model, sizeof c.model, "%s", model_dir);
+	snprintf(c.backend, sizeof c.backend, "cpu");
+	c.max_batch = max_batch;
+	c.chunk_size = chunk;
+	c.kv_memory = kv_memory;
+	c.context = 512;
+	c.threads = 2;
+	c.temperature = 0;
+	c.mode = ATLAS_MODE_RAW;
+	struct atlas_engine *e;
+	char err[ATLAS_ERRLEN];
+	int rc = atlas_engine_open(&c, &e, err, sizeof err);
+	if (rc)
+		fail_msg("atlas_engine_open: %s", err);
+	atlas_engine_set_notify(e, on_notify, NULL);
+	return e;
+}
+
+/* Read the turn's output to its end; returns the final atlas_read error. */
+static int wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap)
+{
+	size_t off = 0;
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		uint64_t seen = wakeups;
+		pthread_mutex_unlock(&mu);
+		struct atlas_read r;
+		char buf[256];
+		atlas_session_read(s, turn, off, buf, sizeof buf, &r);
+		if (text && off + r.n < cap)
+			memcpy(text + off, buf, r.n);
+		off += r.n;
+		if (!r.more) {
+			if (text)
+				text[ATLAS_MIN(off, cap - 1)] = 0;
+			return r.error;
+		}
+		if (r.n)
+			continue;
+		pthread_mutex_lock(&mu);
+		while (wakeups == seen)
+			pthread_cond_wait(&cv, &mu);
+		pthread_mutex_unlock(&mu);
+	}
+}
+
+static void prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
+struct gen {
+	int32_t *ids;
+	size_t n;
+};
+
+static struct gen generated(struct atlas_session *s, uint64_t turn)
+{
+	int32_t *prompt;
+	size_t np;
+	struct gen g;
+	assert_int_equal(atlas_session_turn_tokens(s, turn, &prompt, &np, &g.ids, &g.n), 0);
+	free(prompt);
+	return g;
+}
+
+static void assert_same(struct gen a, struct gen b, const char *what)
+{
+	if (a.n != b.n)
+		fail_msg("%s: %zu tokens vs %zu", what, a.n, b.n);
+	for (size_t i = 0; i < a.n; i++)
+		if (a.ids[i] != b.ids[i])
+			fail_msg("%s: token %zu differs: %d vs %d", what, i, a.ids[i], b.ids[i]);
+}
+
+static void set(struct atlas_session *s, const char *key, const char *value)
+{
+	struct atlas_params p;
+	char err[ATLAS_ERRLEN];
+	atlas_session_get_params(s, &p);
+	assert_int_equal(atlas_params_parse(&p, key, value, NULL, err, sizeof err), 0);
+	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), 0);
+}
+
+#define N_PROMPTS 4
+static const int prompt_len[N_PROMPTS] = { 37, 5, 90, 1 };
+
+/* Greedy continuations of N_PROMPTS prompts, all submitted at once. */
+static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
+{
+	struct atlas_session *s[N_PROMPTS];
+	char err[ATLAS_ERRLEN], name[16], mt[16];
+	int vocab = atlas_engine_vocab_size(e);
+	snprintf(mt, sizeof mt, "%d", max_tokens);
+	for (int i = 0; i < N_PROMPTS; i++) {
+		snprintf(name, sizeof name, "b%d", i);
+		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
+		set(s[i], "mode", "raw");
+		set(s[i], "temperature", "0");
+		set(s[i], "max_tokens", mt);
+	}
+	for (int i = 0; i < N_PROMPTS; i++) {
+		int32_t ids[128];
+		prompt_ids(ids, prompt_len[i], 1000u + (uint32_t)i, vocab);
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
+							     sizeof err), 1);
+	}
+	for (int i = 0; i < N_PROMPTS; i++) {
+		assert_int_equal(wait_turn(s[i], 1, NULL, 0), 0);
+		out[i] = generated(s[i], 1);
+		assert_int_equal(out[i].n, max_tokens);
+		atlas_session_close(s[i]);
+	}
+}
+
+static struct gen reference[N_PROMPTS];
+
+static void test_batch_of_one_is_the_reference(void **state)
+{
+	struct atlas_engine *e = open_engine(1, 256, 64ull << 20);
+	run_batch(e, reference, 12);
+	atlas_engine_close(e);
+}
+
+static void test_batched_equals_alone(void **state)
+{
+	struct gen g[N_PROMPTS];
+	struct atlas_engine *e = open_engine(8, 256, 64ull << 20);
+	run_batch(e, g, 12);
+	for (int i = 0; i < N_PROMPTS; i++)
+		assert_same(g[i], reference[i], "batch of 4 vs alone");
+	atlas_engine_close(e);
+}
+
+static void test_chunk_sizes_agree(void **state)
+{
+	static const int chunks[] = { 1, 7, 64 };
+	for (size_t c = 0; c < ATLAS_ARRAY_LEN(chunks); c++) {
+		struct gen g[N_PROMPTS];
+		struct atlas_engine *e = open_engine(3, chunks[c], 64ull << 20);
+		run_batch(e, g, 12);
+		for (int i = 0; i < N_PROMPTS; i++)
+			assert_same(g[i], reference[i], "chunked prefill vs whole");
+		atlas_engine_close(e);
+	}
+}
+
+static void test_preemption_recomputes_the_same(void **state)
+{
+	/* A pool that holds one long sequence but not all four at once. */
+	struct atlas_engine *e = open_engine(4, 16, 64ull << 20);
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	uint64_t per_block = st->kv.bytes_per_block;
+	atlas_engine_close(e);
+
+	e = open_engine(4, 16, per_block * 9);
+	struct gen g[N_PROMPTS];
+	run_batch(e, g, 12);
+	for (int i = 0; i < N_PROMPTS; i++)
+		assert_same(g[i], reference[i], "preempted vs not");
+	atlas_engine_stats(e, st);
+	assert_true(st->kv.preemptions_total + st->kv.evictions_total > 0);
+	free(st);
+	atlas_engine_close(e);
+}
+
+static void test_logits_independent_of_chunking(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
+	int vocab = atlas_engine_vocab_size(e);
+	int32_t ids[70];
+	prompt_ids(ids, 70, 77, vocab);
+	float *a = malloc(sizeof(float) * 70 * (size_t)vocab);
+	float *b = malloc(sizeof(float) * 70 * (size_t)vocab);
+	char err[ATLAS_ERRLEN];
+	assert_int_equal(atlas_engine_logits(e, ids, 70, a, err, sizeof err), 0);
+	atlas_engine_close(e);
+	e = open_engine(2, 3, 64ull << 20);
+	assert_int_equal(atlas_engine_logits(e, ids, 70, b, err, sizeof err), 0);
+	assert_memory_equal(a, b, sizeof(float) * 70 * (size_t)vocab);
+	/* The sequence's last logits decide its first generated token. */
+	struct atlas_session *s;
+	assert_int_equal(atlas_session_open(e, "x", &s, err, sizeof err), 0);
+	set(s, "max_tokens", "1");
+	atlas_session_submit_tokens(s, ids, 70, err, sizeof err);
+	assert_int_equal(wait_turn(s, 1, NULL, 0), 0);
+	struct gen g = generated(s, 1);
+	const float *last = a + (size_t)69 * (size_t)vocab;
+	int best = 0;
+	for (int i = 1; i < vocab; i++)
+		if (last[i] > last[best])
+			best = i;
+	assert_int_equal(g.ids[0], best);
+	free(g.ids);
+	atlas_session_close(s);
+	atlas_engine_close(e);
+	free(a);
+	free(b);
+}
+
+static void test_second_turn_continues_on_kv(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 32, 64ull << 20);
+	int vocab = atlas_engine_vocab_size(e);
+	char err[ATLAS_ERRLEN];
+	int32_t p1[40], p2[9];
+	prompt_ids(p1, 40, 5, vocab);
+	prompt_ids(p2, 9, 6, vocab);
+
+	struct atlas_session *s;
+	assert_int_equal(atlas_session_open(e, "multi", &s, err, sizeof err), 0);
+	set(s, "max_tokens", "6");
+	assert_int_equal(atlas_session_submit_tokens(s, p1, 40, err, sizeof err), 1);
+	assert_int_equal(wait_turn(s, 1, NULL, 0), 0);
+	struct gen g1 = generated(s, 1);
+
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	uint64_t before = st->step_tokens_total;
+	assert_int_equal(atlas_session_submit_tokens(s, p2, 9, err, sizeof err), 2);
+	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	struct gen g2 = generated(s, 2);
+	atlas_engine_stats(e, st);
+	/* Only the last sampled token of turn 1, the 9 new tokens and 5 decode
+	 * steps ran: the history was not recomputed. */
+	assert_int_equal(st->step_tokens_total - before, 1 + 9 + 5);
+
+	/* The same context as one prompt in a fresh session gives the same tokens. */
+	int32_t all[64];
+	size_t n = 0;
+	memcpy(all, p1, sizeof p1);
+	n = 40;
+	memcpy(all + n, g1.ids, g1.n * sizeof *all);
+	n += g1.n;
+	memcpy(all + n, p2, sizeof p2);
+	n += 9;
+	struct atlas_session *f;
+	assert_int_equal(atlas_session_open(e, "fresh", &f, err, sizeof err), 0);
+	set(f, "max_tokens", "6");
+	assert_int_equal(atlas_session_submit_tokens(f, all, n, err, sizeof err), 1);
+	assert_int_equal(wait_turn(f, 1, NULL, 0), 0);
+	assert_same(generated(f, 1), g2, "turn 2 vs one fresh prompt");
+
+	struct atlas_session_status ss;
+	atlas_session_status(s, &ss);
+	assert_int_equal(ss.turns, 2);
+	assert_int_equal(ss.context_tokens, 40 + 6 + 9 + 6);
+	assert_true(ss.kv_blocks[ATLAS_TIER_HBM] > 0);
+	free(st);
+	atlas_session_close(s);
+	atlas_session_close(f);
+	atlas_engine_close(e);
+}
+
+static void test_overflow_fails_one_turn_only(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
+	char err[ATLAS_ERRLEN];
+	struct atlas_session *s, *ok;
+	assert_int_equal(atlas_session_open(e, "big", &s, err, sizeof err), 0);
+	assert_int_equal(atlas_session_open(e, "ok", &ok, err, sizeof err), 0);
+	set(ok, "max_tokens", "3");
+	int32_t *ids = calloc(600, sizeof *ids);
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 600, err, sizeof err), 1);
+	assert_int_equal(atlas_session_submit_tokens(ok, ids, 10, err, sizeof err), 1);
+	assert_int_equal(wait_turn(s, 1, NULL, 0), -EIO);
+	struct atlas_session_status st;
+	atlas_session_status(s, &st);
+	assert_string_equal(atlas_state_name(st.state), "error");
+	assert_non_null(strstr(st.last_error, "does not fit the context"));
+	assert_int_equal(wait_turn(ok, 1, NULL, 0), 0);
+	/* Out-of-vocabulary ids are refused at submit. */
+	ids[0] = atlas_engine_vocab_size(e);
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 1, err, sizeof err), -EINVAL);
+	/* The failed session takes a fitting prompt afterwards. */
+	ids[0] = 1;
+	set(s, "max_tokens", "2");
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 4, err, sizeof err), 2);
+	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	free(ids);
+	atlas_session_close(s);
+	atlas_session_close(ok);
+	atlas_engine_close(e);
+}
+
+static void test_cancel_reset_and_busy(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
+	char err[ATLAS_ERRLEN];
+	struct atlas_session *s;
+	assert_int_equal(atlas_session_open(e, "c", &s, err, sizeof err), 0);
+	set(s, "max_tokens", "100000");
+	int32_t ids[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), 1);
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), -EBUSY);
+	atlas_session_cancel(s);
+	assert_int_equal(wait_turn(s, 1, NULL, 0), -ECANCELED);
+	struct atlas_session_status st;
+	atlas_session_status(s, &st);
+	assert_string_equal(st.finish, "cancelled");
+
+	atlas_session_reset(s);
+	assert_int_equal(atlas_session_newest_turn(s), 0);
+	/* A reader of a forgotten turn ends; the next turn gets a new number. */
+	assert_int_equal(wait_turn(s, 1, NULL, 0), -ECANCELED);
+	set(s, "max_tokens", "2");
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), 2);
+	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	atlas_session_status(s, &st);
+	assert_int_equal(st.context_tokens, 8 + 2);
+	atlas_session_close(s);
+	atlas_engine_close(e);
+}
+
+static void test_seeded_sampling_is_reproducible(void **state)
+{
+	struct atlas_engine *e = open_engine(4, 64, 64ull << 20);
+	char err[ATLAS_ERRLEN];
+	struct atlas_session *s[3];
+	const char *names[] = { "s1", "s2", "s3" }, *seeds[] = { "11", "11", "12" };
+	int32_t ids[6] = { 3, 1, 4, 1, 5, 9 };
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(atlas_session_open(e, names[i], &s[i], err, sizeof err), 0);
+		set(s[i], "temperature", "1.5");
+		set(s[i], "top_k", "0");
+		set(s[i], "top_p", "1");
+		set(s[i], "seed", seeds[i]);
+		set(s[i], "max_tokens", "24");
+		atlas_session_submit_tokens(s[i], ids, 6, err, sizeof err);
+	}
+	struct gen g[3];
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(wait_turn(s[i], 1, NULL, 0), 0);
+		g[i] = generated(s[i], 1);
+	}
+	assert_same(g[0], g[1], "same seed");
+	bool differ = false;
+	for (size_t i = 0; i < g[0].n && i < g[2].n; i++)
+		differ |= g[0].ids[i] != g[2].ids[i];
+	assert_true(differ);
+	for (int i = 0; i < 3; i++)
+		atlas_session_close(s[i]);
+	atlas_engine_close(e);
+}
+
+static void test_session_names_and_limits(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
+	char err[ATLAS_ERRLEN];
+	struct atlas_session *a, *b;
+	assert_int_equal(atlas_session_open(e, "dup", &a, err, sizeof err), 0);
+	assert_int_equal(atlas_session_open(e, "dup", &b, err, sizeof err), -EEXIST);
+	assert_int_equal(atlas_session_open(e, "bad/name", &b, err, sizeof err), -EINVAL);
+	assert_int_equal(atlas_session_open(e, "..", &b, err, sizeof err), -EINVAL);
+	atlas_session_close(a);
+	/* A closed name can be used again. */
+	assert_int_equal(atlas_session_open(e, "dup", &a, err, sizeof err), 0);
+	atlas_session_close(a);
+	atlas_engine_close(e);
+}
+
+int main(int argc, char **argv)
+{
+	struct stat st;
+	if (argc < 2 || stat(argv[1], &st) != 0) {
+		printf("skip: model directory %s not found\n", argc > 1 ? argv[1] : "(none)");
+		return 77;
+	}
+	model_dir = argv[1];
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_batch_of_one_is_the_reference),
+		cmocka_unit_test(test_batched_equals_alone),
+		cmocka_unit_test(test_chunk_sizes_agree),
+		cmocka_unit_test(test_preemption_recomputes_the_same),
+		cmocka_unit_test(test_logits_independent_of_chunking),
+		cmocka_unit_test(test_second_turn_continues_on_kv),
+		cmocka_unit_test(test_overflow_fails_one_turn_only),
+		cmocka_unit_test(test_cancel_reset_and_busy),
+		cmocka_unit_test(test_seeded_sampling_is_reproducible),
+		cmocka_unit_test(test_session_names_and_limits),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

