@@ -21,6 +21,7 @@
 
 struct turn {
 	uint64_t number;
+	enum atlas_mode mode;       /* the session's mode when it was submitted */
 	char *prompt;               /* text as submitted (ids mode: the id list); owned */
 	size_t prompt_len;
 	size_t ctx_start;           /* where its prompt tokens start in the session context */

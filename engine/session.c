@@ -388,3 +388,38 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	pthread_mutex_unlock(&e->lock);
 	return 0;
 }
+
+/* One turn of the transcript: a header line per side, then its text. */
+static void history_turn(FILE *f, const struct turn *t)
+{
+	bool chat = t->mode == ATLAS_MODE_CHAT;
+	fprintf(f, "### turn %llu %s\n", (unsigned long long)t->number, chat ? "user" : "prompt");
+	fwrite(t->prompt, 1, t->prompt_len, f);
+	if (t->prompt_len && t->prompt[t->prompt_len - 1] != '\n')
+		fputc('\n', f);
+	fprintf(f, "### turn %llu %s (%s)\n", (unsigned long long)t->number,
+		chat ? "assistant" : "output", t->done ? t->finish : "running");
+	fwrite(t->out, 1, t->out_len, f);
+	if (t->out_len && t->out[t->out_len - 1] != '\n')
+		fputc('\n', f);
+}
+
+int atlas_session_history(struct atlas_session *s, char **text, size_t *len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	if (!f)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->e->lock);
+	for (size_t i = 0; i < s->n_turns; i++)
+		history_turn(f, s->turns[i]);
+	pthread_mutex_unlock(&s->e->lock);
+	if (fclose(f) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*text = buf;
+	*len = n;
+	return 0;
+}

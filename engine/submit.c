@@ -153,6 +153,7 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 	t->prompt = prompt;
 	t->prompt_len = len;
 	t->number = s->next_turn++;
+	t->mode = e->tok ? s->params.mode : ATLAS_MODE_RAW;
 	t->t_submit_ns = atlas_now_ns();
 	t->ctx_start = s->n_ctx;
 	s->turns[s->n_turns++] = t;

@@ -25,7 +25,7 @@ for a in "$@"; do
 done
 
 PKGS="gcc pkg-config meson ninja-build python3 fuse3 libfuse3-dev liburing-dev libjansson-dev \
-libonig-dev libinih-dev libutf8proc-dev libopenblas-pthread-dev libcmocka-dev"
+libonig-dev libinih-dev libutf8proc-dev libcmocka-dev"
 missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -1,0 +1,426 @@
+/* Open files: generated text snapshots (README, the ctl/ files, history, status, a
+ * session's ctl), prompts written to `in`, settings and commands written to a
+ * session's `ctl`, and the dispatch of `out` to stream.c. */
+#include "fs/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+static struct fs_file *file_new(struct atlas_fs *fs, enum fs_kind kind, struct fs_session *s)
+{
+	struct fs_file *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	atomic_init(&f->refs, 1);
+	f->fs = fs;
+	f->kind = kind;
+	f->sess = s;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_lock(&fs->lock);
+	f->next = fs->files;
+	if (fs->files)
+		fs->files->prev = f;
+	fs->files = f;
+	pthread_mutex_unlock(&fs->lock);
+	return f;
+}
+
+/* Frees f whatever its refs (the end of the mount, or a failed open) and
+ * drops its session ref (the one handed to file_new). */
+void fs_file_free(struct fs_file *f)
+{
+	struct atlas_fs *fs = f->fs;
+	if (f->kind == FK_OUT && f->out.sess)
+		fs_out_release(&f->out);
+	pthread_mutex_lock(&fs->lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		fs->files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	pthread_mutex_unlock(&fs->lock);
+	if (f->sess)
+		fs_session_put(f->sess);
+	pthread_mutex_destroy(&f->lock);
+	free(f->buf);
+	free(f->pending);
+	free(f);
+}
+
+void fs_file_put(struct fs_file *f)
+{
+	if (atomic_fetch_sub(&f->refs, 1) == 1)
+		fs_file_free(f);
+}
+
+static int session_params_text(struct fs_session *s, char **text, size_t *len)
+{
+	struct atlas_params p;
+	pthread_mutex_lock(&s->lock);
+	if (s->es)
+		atlas_session_get_params(s->es, &p);
+	bool gone = !s->es;
+	pthread_mutex_unlock(&s->lock);
+	if (gone)
+		return -ENOENT;
+	size_t n = atlas_params_format(&p, NULL, 0);
+	*text = malloc(n + 1);
+	if (!*text)
+		return -ENOMEM;
+	*len = atlas_params_format(&p, *text, n + 1);
+	return 0;
+}
+
+static int session_history_text(struct fs_session *s, char **text, size_t *len)
+{
+	pthread_mutex_lock(&s->lock);
+	int rc = s->es ? atlas_session_history(s->es, text, len) : -ENOENT;
+	pthread_mutex_unlock(&s->lock);
+	return rc < 0 ? rc : 0;
+}
+
+static int session_status_text(struct fs_session *s, char **text, size_t *len)
+{
+	struct atlas_session_status st;
+	pthread_mutex_lock(&s->lock);
+	int rc = s->es ? atlas_session_status(s->es, &st) : -ENOENT;
+	pthread_mutex_unlock(&s->lock);
+	return rc < 0 ? rc : fs_render_status(&st, text, len);
+}
+
+/* A file of session s, checked against the access mode it is opened with. */
+static int open_session_file(struct atlas_fs *fs, struct fs_session *s, enum fs_sfile sf,
+			     int accmode, struct fs_file **out)
+{
+	static const enum fs_kind kinds[SF_END] = {
+		[SF_IN] = FK_IN, [SF_OUT] = FK_OUT, [SF_CTL] = FK_CTL,
+		[SF_HISTORY] = FK_TEXT, [SF_STATUS] = FK_TEXT,
+	};
+	if (sf == SF_DIR)
+		return -EISDIR;
+	if ((sf == SF_IN && accmode != O_WRONLY) || (sf != SF_IN && sf != SF_CTL && accmode != O_RDONLY))
+		return -EACCES;
+	char *text = NULL;
+	size_t len = 0;
+	int rc = 0;
+	if (sf == SF_CTL)
+		rc = session_params_text(s, &text, &len);
+	else if (sf == SF_HISTORY)
+		rc = session_history_text(s, &text, &len);
+	else if (sf == SF_STATUS)
+		rc = session_status_text(s, &text, &len);
+	if (rc)
+		return rc;
+	struct fs_file *f = file_new(fs, kinds[sf], s);
+	if (!f) {
+		free(text);
+		return -ENOMEM;
+	}
+	f->buf = text;
+	f->len = len;
+	if (sf == SF_OUT && (rc = fs_out_open(s, &f->out))) {
+		f->sess = NULL;   /* the caller keeps its ref */
+		fs_file_free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct atlas_fs *fs = fuse_req_userdata(req);
+	int accmode = fi->flags & O_ACCMODE;
+	struct fs_file *f = NULL;
+	int rc;
+	uint64_t id;
+	enum fs_sfile sf;
+	if (ino > NODE_ROOT && ino < NODE_FIXED_END) {
+		char *text = NULL;
+		size_t len = 0;
+		rc = accmode != O_RDONLY ? -EACCES : fs_render_node(fs, (enum fs_node)ino, &text, &len);
+		if (!rc && !(f = file_new(fs, FK_TEXT, NULL))) {
+			free(text);
+			rc = -ENOMEM;
+		}
+		if (!rc) {
+			f->buf = text;
+			f->len = len;
+		}
+	} else if (fs_ino_session(ino, &id, &sf)) {
+		struct fs_session *s = fs_session_by_id(fs, id, false);
+		rc = s ? open_session_file(fs, s, sf, accmode, &f) : -ENOENT;
+		if (rc && s)
+			fs_session_put(s);
+	} else {
+		rc = -ENOENT;
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* Generated at open, streamed or consumed: never cached by the kernel. */
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->nonseekable = f->kind == FK_OUT;
+	fi->fh = (uintptr_t)f;
+	if (fuse_reply_open(req, fi) != 0)
+		fs_file_free(f);   /* the open was interrupted: no release will come */
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
+	if (f->kind == FK_OUT) {
+		fs_out_read(req, &f->out, size, fi->flags);
+		return;
+	}
+	if (f->kind == FK_IN) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	/* The reply completes the read: a release of f may then overtake the
+	 * return of fuse_reply_buf, which must still find f->buf. */
+	atomic_fetch_add(&f->refs, 1);
+	if (off < 0 || (size_t)off >= f->len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, f->buf + off, ATLAS_MIN(size, f->len - (size_t)off));
+	fs_file_put(f);
+}
+
+static int in_append(struct fs_file *f, const char *buf, size_t size)
+{
+	pthread_mutex_lock(&f->lock);
+	int rc = 0;
+	if (size > FS_IN_MAX - f->len) {
+		rc = -EFBIG;
+	} else if (f->len + size > f->cap) {
+		size_t cap = ATLAS_MAX(f->cap * 2, f->len + size);
+		char *n = realloc(f->buf, cap);
+		if (n) {
+			f->buf = n;
+			f->cap = cap;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (!rc) {
+		memcpy(f->buf + f->len, buf, size);
+		f->len += size;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+/* Commit what was written since the last commit as a prompt. */
+static int in_commit(struct fs_file *f)
+{
+	struct fs_session *s = f->sess;
+	char err[ATLAS_ERRLEN] = "";
+	int rc = 0;
+	pthread_mutex_lock(&f->lock);
+	if (f->len) {
+		pthread_mutex_lock(&s->lock);
+		if (s->es)
+			rc = atlas_session_submit(s->es, f->buf, f->len, err, sizeof err);
+		else
+			rc = atlas_errf(err, sizeof err, -ENOENT, "the session is removed");
+		pthread_mutex_unlock(&s->lock);
+		f->len = 0;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (rc < 0) {
+		log_info("session %s: prompt not committed: %s", s->name, err);
+		return rc;
+	}
+	if (rc > 0)
+		log_debug("session %s: turn %d committed", s->name, rc);
+	return 0;
+}
+
+enum ctl_cmd { CMD_NONE, CMD_CANCEL, CMD_RESET };
+
+/* Parse one line of a ctl write into p or a command. */
+static int ctl_line(char *line, struct atlas_params *p, bool *stop_seen, bool *settings,
+		    enum ctl_cmd *cmd, char *err, size_t errlen)
+{
+	size_t n = strlen(line);
+	if (n && line[n - 1] == '\r')
+		line[--n] = 0;
+	line += strspn(line, " \t");
+	if (!*line)
+		return 0;
+	char *value = line + strcspn(line, " \t");
+	if (*value)
+		*value++ = 0;   /* the value is the rest of the line after one separator */
+	if (strcmp(line, "cancel") == 0 || strcmp(line, "reset") == 0) {
+		if (*value)
+			return atlas_errf(err, errlen, -EINVAL, "%s takes no value", line);
+		*cmd = line[0] == 'c' ? CMD_CANCEL : CMD_RESET;
+		return 0;
+	}
+	*settings = true;
+	return atlas_params_parse(p, line, value, stop_seen, err, errlen);
+}
+
+/* Parse a batch of ctl lines; with `apply`, set them and run the commands.
+ * Every line parses or nothing changes. */
+static int ctl_run(struct fs_session *s, const char *buf, size_t size, bool apply)
+{
+	char err[ATLAS_ERRLEN] = "";
+	char *text = malloc(size + 1);
+	if (!text)
+		return -ENOMEM;
+	memcpy(text, buf, size);
+	text[size] = 0;
+	int rc = 0;
+	if (memchr(text, 0, size))
+		rc = atlas_errf(err, sizeof err, -EINVAL, "NUL byte in a setting");
+
+	pthread_mutex_lock(&s->lock);
+	struct atlas_params p;
+	enum ctl_cmd cmds[64];
+	size_t n_cmds = 0;
+	bool stop_seen = false, settings = false;
+	if (!rc && !s->es)
+		rc = atlas_errf(err, sizeof err, -ENOENT, "the session is removed");
+	if (!rc)
+		atlas_session_get_params(s->es, &p);
+	for (char *line = text, *next; !rc && line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		enum ctl_cmd cmd = CMD_NONE;
+		rc = ctl_line(line, &p, &stop_seen, &settings, &cmd, err, sizeof err);
+		if (!rc && cmd != CMD_NONE && n_cmds == ATLAS_ARRAY_LEN(cmds))
+			rc = atlas_errf(err, sizeof err, -EINVAL, "too many commands in one write");
+		if (!rc && cmd != CMD_NONE)
+			cmds[n_cmds++] = cmd;
+	}
+	if (!rc && settings && apply)
+		rc = atlas_session_set_params(s->es, &p, err, sizeof err);
+	for (size_t i = 0; !rc && apply && i < n_cmds; i++) {
+		if (cmds[i] == CMD_CANCEL)
+			atlas_session_cancel(s->es);
+		else
+			atlas_session_reset(s->es);
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(text);
+	if (rc) {
+		log_info("session %s: ctl: %s", s->name, err);
+		return rc == -ENOENT ? rc : -EINVAL;
+	}
+	return 0;
+}
+
+/* A write to ctl is checked at once, so a bad line fails its write with
+ * EINVAL; the lines are applied together at flush (close). Shells write a
+ * redirection line by line (bash's printf does), so applying each write on
+ * its own would let `printf 'a 1\nbad\n' > ctl` change half the settings. */
+static int ctl_write(struct fs_file *f, const char *buf, size_t size)
+{
+	int rc = 0;
+	pthread_mutex_lock(&f->lock);
+	if (f->poisoned) {
+		rc = -EINVAL;
+	} else if (size > FS_IN_MAX - f->pending_len) {
+		rc = -EFBIG;
+	} else {
+		char *n = realloc(f->pending, f->pending_len + size);
+		if (!n) {
+			rc = -ENOMEM;
+		} else {
+			f->pending = n;
+			memcpy(f->pending + f->pending_len, buf, size);
+			f->pending_len += size;
+			/* Check the complete lines; an unfinished one waits for flush. */
+			const char *end = memrchr(f->pending, '\n', f->pending_len);
+			if (end)
+				rc = ctl_run(f->sess, f->pending, (size_t)(end - f->pending), false);
+		}
+	}
+	if (rc == -EINVAL)
+		f->poisoned = true;
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+static int ctl_flush(struct fs_file *f)
+{
+	int rc = 0;
+	pthread_mutex_lock(&f->lock);
+	if (!f->poisoned && f->pending_len)
+		rc = ctl_run(f->sess, f->pending, f->pending_len, true);
+	f->pending_len = 0;
+	f->poisoned = false;
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
+	int rc;
+	if (f->kind == FK_IN)
+		rc = in_append(f, buf, size);
+	else if (f->kind == FK_CTL)
+		rc = ctl_write(f, buf, size);
+	else
+		rc = -EACCES;
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* A prompt and ctl lines are committed here, at close, and not at release:
+ * release is asynchronous, so `echo p > in; cat out` would race it. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
+	int rc = f->kind == FK_IN ? in_commit(f) : f->kind == FK_CTL ? ctl_flush(f) : 0;
+	fuse_reply_err(req, -rc);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+	fs_file_put((struct fs_file *)(uintptr_t)fi->fh);
+}
+
+static void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		    struct fuse_pollhandle *ph)
+{
+	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
+	if (f->kind == FK_OUT) {
+		fs_out_poll(req, &f->out, ph);
+		return;
+	}
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, f->kind == FK_IN ? POLLOUT | POLLWRNORM :
+			f->kind == FK_CTL ? POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM :
+			POLLIN | POLLRDNORM);
+}
+
+void fs_init_ops_files(struct fuse_lowlevel_ops *ops)
+{
+	ops->open = op_open;
+	ops->read = op_read;
+	ops->write = op_write;
+	ops->flush = op_flush;
+	ops->release = op_release;
+	ops->poll = op_poll;
+}

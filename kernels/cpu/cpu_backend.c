@@ -1,0 +1,155 @@
+/* The cpu backend object: open, close, device info, the ops table and the
+ * per-thread scratch.
+ *
+ * Threads: kt_config.threads (0 = all online cores) is the team size of every
+ * OpenMP region of this backend. Scratch is one allocation split into one
+ * cache-line-aligned region per thread, sized from max_context and
+ * max_head_dim at open.
+ */
+#include "kernels/cpu/cpu.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_simd.h"
+
+#define CPU_ALIGN 64
+
+static size_t align_up(size_t n)
+{
+	return (n + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1);
+}
+
+struct cpu_scratch *cpu_scratch_self(struct cpu_backend *cpu)
+{
+	int t = omp_get_thread_num();
+	return &cpu->scratch[t < cpu->threads ? t : 0];
+}
+
+static int scratch_init(struct cpu_backend *cpu)
+{
+	size_t scores = align_up((size_t)CPU_ATT_HEADS * cpu->max_context * sizeof(float));
+	size_t acc = align_up((size_t)CPU_ATT_HEADS * cpu->max_head_dim * sizeof(float));
+	size_t half = align_up((size_t)(cpu->max_head_dim / 2 + 1) * sizeof(float));
+	size_t cands = align_up(CPU_SAMPLE_CHUNK * sizeof(struct cpu_cand));
+	size_t per_thread = scores + acc + 2 * half + cands;
+
+	cpu->scratch = calloc((size_t)cpu->threads, sizeof(*cpu->scratch));
+	cpu->scratch_mem = aligned_alloc(CPU_ALIGN, per_thread * (size_t)cpu->threads);
+	if (!cpu->scratch || !cpu->scratch_mem)
+		return -ENOMEM;
+	for (int t = 0; t < cpu->threads; t++) {
+		char *p = (char *)cpu->scratch_mem + per_thread * (size_t)t;
+		struct cpu_scratch *s = &cpu->scratch[t];
+		s->scores = (float *)p;
+		s->acc = (float *)(p + scores);
+		s->cos = (float *)(p + scores + acc);
+		s->sin = (float *)(p + scores + acc + half);
+		s->cands = (struct cpu_cand *)(p + scores + acc + 2 * half);
+	}
+	return 0;
+}
+
+static void fill_info(struct cpu_backend *cpu)
+{
+	struct kt_device_info *info = &cpu->base.info;
+	long page = sysconf(_SC_PAGESIZE);
+	long total = sysconf(_SC_PHYS_PAGES);
+	long avail = sysconf(_SC_AVPHYS_PAGES);
+
+	snprintf(info->name, sizeof info->name, "cpu (%d thread%s, %s)", cpu->threads,
+		 cpu->threads == 1 ? "" : "s", cpu_isa_name());
+	snprintf(info->backend, sizeof info->backend, "cpu");
+	info->memory_total = page > 0 && total > 0 ? (uint64_t)page * (uint64_t)total : 0;
+	info->memory_free = page > 0 && avail > 0 ? (uint64_t)page * (uint64_t)avail : 0;
+	info->kv_dtype = KT_F32;
+}
+
+static void cpu_close(struct kt_backend *be)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+
+	cpu_free_all(cpu);
+	pthread_mutex_destroy(&cpu->lock);
+	free(cpu->scratch_mem);
+	free(cpu->scratch);
+	free(cpu);
+}
+
+static int cpu_synchronize(struct kt_backend *be)
+{
+	return 0;
+}
+
+static const struct kt_ops cpu_ops = {
+	.close = cpu_close,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.upload = cpu_upload,
+	.download = cpu_download,
+	.weight = cpu_weight,
+	.synchronize = cpu_synchronize,
+	.embed = cpu_embed,
+	.rmsnorm = cpu_rmsnorm,
+	.matmul = cpu_matmul,
+	.rope = cpu_rope,
+	.kv_store = cpu_kv_store,
+	.attention = cpu_attention,
+	.swiglu = cpu_swiglu,
+	.add = cpu_add,
+	.gather_rows = cpu_gather_rows,
+	.sample = cpu_sample,
+};
+
+static int check_config(const struct kt_config *c, char *err, size_t errlen)
+{
+	if (c->threads < 0)
+		return atlas_errf(err, errlen, -EINVAL, "backend cpu: threads %d: must be >= 0",
+				  c->threads);
+	if (c->max_context <= 0)
+		return atlas_errf(err, errlen, -EINVAL, "backend cpu: max_context %d: must be > 0",
+				  c->max_context);
+	if (c->max_head_dim <= 0 || c->max_head_dim % 2)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "backend cpu: max_head_dim %d: must be even and > 0",
+				  c->max_head_dim);
+	return 0;
+}
+
+int kt_cpu_open(const struct kt_config *c, struct kt_backend **out, char *err, size_t errlen)
+{
+	struct cpu_backend *cpu;
+	int rc = check_config(c, err, errlen);
+
+	if (rc)
+		return rc;
+	cpu = calloc(1, sizeof(*cpu));
+	if (!cpu)
+		return atlas_errf(err, errlen, -ENOMEM, "backend cpu: out of memory");
+	cpu->base.ops = &cpu_ops;
+	cpu->threads = c->threads;
+	if (cpu->threads == 0) {
+		long online = sysconf(_SC_NPROCESSORS_ONLN);
+		cpu->threads = online > 0 ? (int)online : 1;
+	}
+	cpu->max_context = c->max_context;
+	cpu->max_head_dim = c->max_head_dim;
+	pthread_mutex_init(&cpu->lock, NULL);
+	rc = scratch_init(cpu);
+	if (rc) {
+		int threads = cpu->threads;
+		cpu_close(&cpu->base);
+		return atlas_errf(err, errlen, rc,
+				  "backend cpu: scratch for %d threads, max_context %d: out of memory",
+				  threads, c->max_context);
+	}
+	fill_info(cpu);
+	*out = &cpu->base;
+	return 0;
+}

@@ -1,0 +1,107 @@
+/* Row copies and elementwise ops: embed, gather_rows, swiglu, add.
+ *
+ * Layout: row-major f32 matrices; ids and idx are [n, 1] i32 and are checked
+ * against the table's rows before anything is written. swiglu may write over
+ * gate or up, add may take x == y; other overlaps are refused.
+ *
+ * Threads: rows (copies) or elements (arithmetic) are split over the OpenMP
+ * team once the op is large enough to pay for it.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_impl.h"
+
+/* out[i, :] = src[idx[i], :] for n rows of D floats; idx already checked. */
+static void copy_rows(const struct cpu_backend *cpu, float *out, const float *src,
+		      const int32_t *idx, int64_t n, int64_t D)
+{
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n * D > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++)
+		memcpy(out + i * D, src + (int64_t)idx[i] * D, (size_t)D * sizeof(float));
+}
+
+static bool indices_below(const int32_t *idx, int64_t n, int64_t limit)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (idx[i] < 0 || idx[i] >= limit)
+			return false;
+	return true;
+}
+
+int cpu_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
+	      const struct kt_tensor *ids)
+{
+	if (!cpu_valid(table, KT_F32) || !cpu_valid(ids, KT_I32) || ids->cols != 1)
+		return -EINVAL;
+	if (!cpu_shape(out, KT_F32, ids->rows, table->cols) || cpu_overlap(out, table) ||
+	    cpu_overlap(out, ids))
+		return -EINVAL;
+	if (!indices_below(ids->data, ids->rows, table->rows))
+		return -EINVAL;
+	copy_rows(cpu_of(be), out->data, table->data, ids->data, ids->rows, table->cols);
+	return 0;
+}
+
+int cpu_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
+		    const struct kt_tensor *x, const struct kt_tensor *idx)
+{
+	if (!cpu_valid(x, KT_F32) || !cpu_valid(idx, KT_I32) || idx->cols != 1)
+		return -EINVAL;
+	if (!cpu_shape(out, KT_F32, idx->rows, x->cols) || cpu_overlap(out, x) ||
+	    cpu_overlap(out, idx))
+		return -EINVAL;
+	if (!indices_below(idx->data, idx->rows, x->rows))
+		return -EINVAL;
+	copy_rows(cpu_of(be), out->data, x->data, idx->data, idx->rows, x->cols);
+	return 0;
+}
+
+/* a and b are the same memory or do not touch. */
+static bool same_or_apart(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	return a->data == b->data || !cpu_overlap(a, b);
+}
+
+int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
+	       const struct kt_tensor *up)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	float *o;
+	const float *g, *u;
+	int64_t n;
+
+	if (!cpu_valid(gate, KT_F32) || !cpu_shape(up, KT_F32, gate->rows, gate->cols) ||
+	    !cpu_shape(out, KT_F32, gate->rows, gate->cols))
+		return -EINVAL;
+	if (!same_or_apart(out, gate) || !same_or_apart(out, up))
+		return -EINVAL;
+	o = out->data;
+	g = gate->data;
+	u = up->data;
+	n = gate->rows * gate->cols;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++)
+		o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	return 0;
+}
+
+int cpu_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	float *yd;
+	const float *xd;
+	int64_t n;
+
+	if (!cpu_valid(y, KT_F32) || !cpu_shape(x, KT_F32, y->rows, y->cols) ||
+	    !same_or_apart(y, x))
+		return -EINVAL;
+	yd = y->data;
+	xd = x->data;
+	n = y->rows * y->cols;
+#pragma omp parallel for simd num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++)
+		yd[i] += xd[i];
+	return 0;
+}

@@ -1,0 +1,126 @@
+/* Internals of the cpu backend, shared by its op files (not for the engine).
+ *
+ * Every op runs synchronously on the calling thread, which forks an OpenMP
+ * team of `threads` workers for the parallel part (num_threads clause, so the
+ * caller's OpenMP settings are left alone). Per-thread scratch is allocated
+ * once at kt_cpu_open from the kt_config limits; ops never allocate.
+ */
+#ifndef ATLAS_KERNELS_CPU_IMPL_H
+#define ATLAS_KERNELS_CPU_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+/* Ops with fewer elements than this run on one thread: forking a team costs
+ * more than it saves. */
+#define CPU_PAR_MIN 32768
+
+/* Tokens per sampling chunk (see cpu_sample.c): the first chunk of a row
+ * without top-k holds CPU_SAMPLE_FIRST, later ones CPU_SAMPLE_CHUNK. */
+#define CPU_SAMPLE_CHUNK 4096
+#define CPU_SAMPLE_FIRST 256
+
+/* Query heads of one GQA group that attention handles together. */
+#define CPU_ATT_HEADS 8
+
+/* One sampling candidate: a logit and its token id. */
+struct cpu_cand {
+	float logit;
+	int32_t id;
+};
+
+/* Scratch of one OpenMP worker, carved from one allocation. */
+struct cpu_scratch {
+	float *scores;          /* [CPU_ATT_HEADS, max_context] attention scores */
+	float *acc;             /* [CPU_ATT_HEADS, max_head_dim] attention outputs */
+	float *cos, *sin;       /* [max_head_dim / 2] rope table of one token */
+	struct cpu_cand *cands; /* [CPU_SAMPLE_CHUNK] sampling heap */
+};
+
+/* Set of pointers the backend allocated and must free (aliased weights are
+ * never in it). Open addressing with linear probing; slots NULL when empty. */
+struct cpu_ptrset {
+	void **slots;
+	size_t cap;   /* power of two, or 0 before the first insert */
+	size_t count;
+};
+
+struct cpu_backend {
+	struct kt_backend base;    /* first member: the engine's handle */
+	int threads;               /* OpenMP team size of every op */
+	int max_context;           /* attention: positions per sequence the scratch holds */
+	int max_head_dim;          /* attention and rope: head_dim the scratch holds */
+	void *scratch_mem;         /* owns every worker's scratch */
+	struct cpu_scratch *scratch; /* [threads] */
+	pthread_mutex_t lock;      /* guards owned (alloc and free may come from loader threads) */
+	struct cpu_ptrset owned;   /* allocations to free at kt_free or close */
+};
+
+static inline struct cpu_backend *cpu_of(struct kt_backend *be)
+{
+	return (struct cpu_backend *)be;
+}
+
+/* The scratch of the calling OpenMP worker (thread 0 outside a team). */
+struct cpu_scratch *cpu_scratch_self(struct cpu_backend *cpu);
+
+/* t has data, dtype dt and exactly rows × cols. */
+static inline bool cpu_shape(const struct kt_tensor *t, enum kt_dtype dt, int64_t rows,
+			     int64_t cols)
+{
+	return t && t->data && t->dtype == dt && t->rows == rows && t->cols == cols;
+}
+
+/* t has data, dtype dt and a non-negative shape. */
+static inline bool cpu_valid(const struct kt_tensor *t, enum kt_dtype dt)
+{
+	return t && t->data && t->dtype == dt && t->rows >= 0 && t->cols >= 0;
+}
+
+/* The byte ranges of a and b intersect. */
+static inline bool cpu_overlap(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	const char *a0 = a->data, *b0 = b->data;
+	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
+}
+
+/* Memory (cpu_memory.c) */
+int cpu_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,
+	      struct kt_tensor *out);
+void cpu_free(struct kt_backend *be, struct kt_tensor *t);
+void cpu_free_all(struct cpu_backend *cpu);
+int cpu_upload(struct kt_backend *be, const struct kt_tensor *dst, size_t offset,
+	       const void *src, size_t bytes);
+int cpu_download(struct kt_backend *be, void *dst, const struct kt_tensor *src, size_t offset,
+		 size_t bytes);
+int cpu_weight(struct kt_backend *be, enum kt_dtype src_dtype, const void *src, int64_t rows,
+	       int64_t cols, bool src_outlives, struct kt_tensor *out);
+
+/* Ops, one file per family; contracts in kernels/backend.h. */
+int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+	       const struct kt_tensor *w, const struct kt_tensor *bias);
+int cpu_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
+int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
+	     const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
+		 const struct kt_tensor *vcache, const struct kt_tensor *k,
+		 const struct kt_tensor *v, const struct kt_batch *b);
+int cpu_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
+		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+		  const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim, float scale);
+int cpu_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
+	      const struct kt_tensor *ids);
+int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
+	       const struct kt_tensor *up);
+int cpu_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x);
+int cpu_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
+		    const struct kt_tensor *x, const struct kt_tensor *idx);
+int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
+	       const struct kt_sample_row *rows, int n, int32_t *ids);
+
+#endif

@@ -1,0 +1,143 @@
+/* y = x · wᵀ (+ bias), batch-invariant.
+ *
+ * Layout: x [T, K] and w [N, K] row-major f32 (the Hugging Face Linear
+ * layout), y [T, N], bias [1, N].
+ *
+ * Every y[t, n] is dot(x[t], w[n]) in the one order of cpu_simd.h, plus
+ * bias[n]: it depends on those two rows only, never on T, on where row t sits
+ * in the batch, or on the thread count. DESIGN §4.1 needs exactly this (one
+ * token, one result, at batch 1 or N, any prefill chunk, in a speculative
+ * verify). BLAS libraries choose kernels and blockings by shape: with
+ * OpenBLAS 0.3.21, sgemv differs from sgemm, and an sgemm row changes in the
+ * last bits with M, with its place in the call and with the thread count.
+ *
+ * Blocking: a work item is up to TB rows of x against a block of w rows of
+ * about W_BLOCK_BYTES (kept in L2), computed in MR × NR register tiles: per 8
+ * elements of K, NR + MR loads feed MR * NR independent FMA chains. A last
+ * single row of x (decode) uses 1 × NR1 tiles: more w rows streaming at once
+ * keep the memory busy. Items walk the x blocks inside each w block so that w
+ * is read from memory once.
+ *
+ * Threads: work items are spread over the OpenMP team; each output is
+ * written by one thread.
+ */
+#include <errno.h>
+
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_simd.h"
+
+#define MR 4
+#define NR 3
+#define NR1 8
+#define TB 64
+#define W_BLOCK_BYTES (128 * 1024)
+
+/* y[i, j] = dot(x[i], w[j]) (+ bias[j]) for an mr × nr tile; rows K apart. */
+CPU_INLINE void tile(const int mr, const int nr, const float *x, const float *w, int64_t K,
+		     float *y, int64_t ldy, const float *bias)
+{
+	v8f acc[MR][NR1];
+	int64_t k;
+
+#pragma GCC unroll 4
+	for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+		for (int j = 0; j < nr; j++)
+			acc[i][j] = (v8f){ 0 };
+	for (k = 0; k + 8 <= K; k += 8) {
+		v8f wv[NR1];
+
+#pragma GCC unroll 8
+		for (int j = 0; j < nr; j++)
+			wv[j] = load8(w + j * K + k);
+#pragma GCC unroll 4
+		for (int i = 0; i < mr; i++) {
+			v8f xv = load8(x + i * K + k);
+
+#pragma GCC unroll 8
+			for (int j = 0; j < nr; j++)
+				acc[i][j] += xv * wv[j];
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 8
+		for (int j = 0; j < nr; j++) {
+			float s = hsum8(acc[i][j]);
+
+			for (int64_t t = k; t < K; t++)
+				s += x[i * K + t] * w[j * K + t];
+			y[i * ldy + j] = bias ? s + bias[j] : s;
+		}
+	}
+}
+
+#define TILE_CASE(m, n) \
+	case (m) * 16 + (n): \
+		tile(m, n, xp, wp, K, yp, N, bp); \
+		break
+
+/* Rows [0, T) of x against w rows [0, nb); y and bias start at the block. */
+CPU_CLONES static void matmul_block(const float *x, int64_t T, const float *w, int64_t nb,
+				    int64_t K, float *y, int64_t N, const float *bias)
+{
+	for (int64_t t = 0; t < T; t += MR) {
+		int mr = T - t < MR ? (int)(T - t) : MR, step = mr == 1 ? NR1 : NR;
+
+		for (int64_t j = 0; j < nb; j += step) {
+			int nr = nb - j < step ? (int)(nb - j) : step;
+			const float *xp = x + t * K, *wp = w + j * K, *bp = bias ? bias + j : NULL;
+			float *yp = y + t * N + j;
+
+			switch (mr * 16 + nr) {
+			TILE_CASE(1, 1); TILE_CASE(1, 2); TILE_CASE(1, 3); TILE_CASE(1, 4);
+			TILE_CASE(1, 5); TILE_CASE(1, 6); TILE_CASE(1, 7); TILE_CASE(1, 8);
+			TILE_CASE(2, 1); TILE_CASE(2, 2); TILE_CASE(2, 3);
+			TILE_CASE(3, 1); TILE_CASE(3, 2); TILE_CASE(3, 3);
+			TILE_CASE(4, 1); TILE_CASE(4, 2); TILE_CASE(4, 3);
+			}
+		}
+	}
+}
+
+int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+	       const struct kt_tensor *w, const struct kt_tensor *bias)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t T, K, N, nb, n_wb, n_xb;
+	const float *xd, *wd, *bd;
+	float *yd;
+
+	if (!cpu_valid(x, KT_F32) || !cpu_valid(w, KT_F32))
+		return -EINVAL;
+	T = x->rows;
+	K = x->cols;
+	N = w->rows;
+	if (w->cols != K || !cpu_shape(y, KT_F32, T, N))
+		return -EINVAL;
+	if (bias && (!cpu_shape(bias, KT_F32, 1, N) || cpu_overlap(y, bias)))
+		return -EINVAL;
+	if (cpu_overlap(y, x) || cpu_overlap(y, w))
+		return -EINVAL;
+	if (!T || !N)
+		return 0;
+	/* A multiple of NR and of NR1, so that a block splits into whole tiles. */
+	nb = K ? W_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / 24 * 24 : N;
+	nb = nb < 24 ? 24 : nb;
+	n_wb = (N + nb - 1) / nb;
+	n_xb = (T + TB - 1) / TB;
+	xd = x->data;
+	wd = w->data;
+	bd = bias ? bias->data : NULL;
+	yd = y->data;
+#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
+	if (n_wb * n_xb > 1 && T * N * K > CPU_PAR_MIN)
+	for (int64_t it = 0; it < n_wb * n_xb; it++) {
+		int64_t n0 = it / n_xb * nb, t0 = it % n_xb * TB;
+		int64_t len = N - n0 < nb ? N - n0 : nb, rows = T - t0 < TB ? T - t0 : TB;
+
+		matmul_block(xd + t0 * K, rows, wd + n0 * K, len, K, yd + t0 * N + n0, N,
+			     bd ? bd + n0 : NULL);
+	}
+	return 0;
+}

@@ -1,0 +1,72 @@
+/* RMSNorm with the fused residual add, as Hugging Face computes it in f32:
+ * x += residual (when given); var = mean(x²); out = w * (x * 1/sqrt(var + eps)).
+ *
+ * Layout: out, x, residual [R, D] f32, w [1, D] f32. Each row is read whole
+ * (pass 1: add and sum of squares, in double) before it is written (pass 2),
+ * so out may be x or residual.
+ *
+ * Threads: rows are split over the OpenMP team.
+ */
+#include <errno.h>
+#include <math.h>
+
+#include "kernels/cpu/cpu_impl.h"
+
+static void norm_row(float *out, float *x, const float *res, const float *w, int64_t D,
+		     float eps)
+{
+	double ss = 0.0;
+	float var, inv;
+
+	if (res) {
+#pragma omp simd reduction(+ : ss)
+		for (int64_t i = 0; i < D; i++) {
+			float v = x[i] + res[i];
+
+			x[i] = v;
+			ss += (double)v * v;
+		}
+	} else {
+#pragma omp simd reduction(+ : ss)
+		for (int64_t i = 0; i < D; i++)
+			ss += (double)x[i] * x[i];
+	}
+	var = (float)(ss / (double)D);
+	inv = 1.0f / sqrtf(var + eps);
+	for (int64_t i = 0; i < D; i++)
+		out[i] = w[i] * (x[i] * inv);
+}
+
+/* a and b are the same tensor memory or do not touch. */
+static bool same_or_apart(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	return a->data == b->data || !cpu_overlap(a, b);
+}
+
+int cpu_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t R, D;
+
+	if (!cpu_valid(x, KT_F32))
+		return -EINVAL;
+	R = x->rows;
+	D = x->cols;
+	if (!cpu_shape(out, KT_F32, R, D) || !cpu_shape(w, KT_F32, 1, D))
+		return -EINVAL;
+	if (residual && !cpu_shape(residual, KT_F32, R, D))
+		return -EINVAL;
+	if (!same_or_apart(out, x) || (residual && (!same_or_apart(out, residual) ||
+						    !same_or_apart(x, residual))))
+		return -EINVAL;
+	if (!(eps >= 0.0f))
+		return -EINVAL;
+	if (!D)
+		return 0;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * D > CPU_PAR_MIN)
+	for (int64_t r = 0; r < R; r++)
+		norm_row((float *)out->data + r * D, (float *)x->data + r * D,
+			 residual ? (const float *)residual->data + r * D : NULL, w->data, D, eps);
+	return 0;
+}

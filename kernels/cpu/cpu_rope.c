@@ -1,0 +1,66 @@
+/* Rotary position embedding in place, rotate-half pairing (GPT-NeoX, Hugging
+ * Face): for each head, x[i] and x[i + D/2] are rotated by the angle
+ * (float)pos * inv_freq[i], the product taken in f32 as Hugging Face does,
+ * then cosf/sinf of that f32 angle.
+ *
+ * Layout: x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32.
+ * The cos/sin of one token live in the worker's scratch and serve all heads.
+ *
+ * Threads: tokens are split over the OpenMP team.
+ */
+#include <errno.h>
+#include <math.h>
+
+#include "kernels/cpu/cpu_impl.h"
+
+static void rope_token(float *x, int32_t pos, const float *inv_freq, int n_heads, int D,
+		       float *cs, float *sn)
+{
+	int half = D / 2;
+
+	for (int i = 0; i < half; i++) {
+		float angle = (float)pos * inv_freq[i];
+
+		cs[i] = cosf(angle);
+		sn[i] = sinf(angle);
+	}
+	for (int h = 0; h < n_heads; h++) {
+		float *a = x + (int64_t)h * D, *b = a + half;
+
+		for (int i = 0; i < half; i++) {
+			float x0 = a[i], x1 = b[i];
+
+			a[i] = x0 * cs[i] - x1 * sn[i];
+			b[i] = x1 * cs[i] + x0 * sn[i];
+		}
+	}
+}
+
+int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
+	     const struct kt_tensor *inv_freq, int n_heads, int head_dim)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t T;
+	const int32_t *p;
+
+	if (n_heads <= 0 || head_dim <= 0 || head_dim % 2 || head_dim > cpu->max_head_dim)
+		return -EINVAL;
+	if (!cpu_valid(x, KT_F32))
+		return -EINVAL;
+	T = x->rows;
+	if (x->cols != (int64_t)n_heads * head_dim || !cpu_shape(pos, KT_I32, T, 1) ||
+	    !cpu_shape(inv_freq, KT_F32, 1, head_dim / 2))
+		return -EINVAL;
+	p = pos->data;
+	for (int64_t t = 0; t < T; t++)
+		if (p[t] < 0)
+			return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (T * x->cols > CPU_PAR_MIN)
+	for (int64_t t = 0; t < T; t++) {
+		struct cpu_scratch *s = cpu_scratch_self(cpu);
+
+		rope_token((float *)x->data + t * x->cols, p[t], inv_freq->data, n_heads, head_dim,
+			   s->cos, s->sin);
+	}
+	return 0;
+}

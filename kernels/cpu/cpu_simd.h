@@ -1,0 +1,58 @@
+/* Portable 8-lane float vectors (GCC vector extensions) for the cpu hot
+ * loops, and the function multi-versioning that compiles them twice on
+ * x86-64: once for x86-64-v3 (AVX2 + FMA), once for the baseline, chosen at
+ * load time. Elsewhere the baseline alone is built.
+ *
+ * Reduction order is part of the contract of the kernels that use these
+ * helpers (see cpu_matmul.c): a dot product accumulates lane l over the
+ * elements l, l + 8, ... in order, then reduces the lanes with hsum8, then
+ * adds the tail elements in order.
+ */
+#ifndef ATLAS_KERNELS_CPU_SIMD_H
+#define ATLAS_KERNELS_CPU_SIMD_H
+
+#include <stdint.h>
+
+/* 32-byte vectors never cross a call: every helper here is always inlined,
+ * so the baseline ABI note about passing them is moot. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float v8f __attribute__((vector_size(32)));
+/* The same, for loads and stores at any float-aligned address. */
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__)
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+CPU_INLINE v8f load8(const float *p)
+{
+	return *(const v8f_u *)p;
+}
+
+CPU_INLINE void store8(float *p, v8f v)
+{
+	*(v8f_u *)p = v;
+}
+
+/* The lanes of a, summed in a fixed tree. */
+CPU_INLINE float hsum8(v8f a)
+{
+	return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* Name of the instruction set the clones run with on this machine. */
+static inline const char *cpu_isa_name(void)
+{
+#if defined(__x86_64__)
+	return __builtin_cpu_supports("x86-64-v3") ? "AVX2+FMA" : "SSE2";
+#else
+	return "generic";
+#endif
+}
+
+#endif

@@ -1,0 +1,221 @@
+/* The cuda backend object: availability, open, close, device info and the
+ * ops table.
+ *
+ * Open makes kt_config.device current, checks that this build's kernels run
+ * on it, and creates everything the ops need so that they never allocate: the
+ * stream, a cuBLAS handle bound to it with its own workspace, the fault word,
+ * the pinned and device buffers of sample, and a first matmul workspace
+ * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()).
+ *
+ * Nothing here prints on a machine without a GPU: kt_cuda_available() only
+ * asks cudaGetDeviceCount (libcudart loads the driver on first use), and
+ * open reports a missing device through err.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "common/err.h"
+}
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/cuda_impl.h"
+
+#define CUDA_XBF16_MIN_COLS 1024
+
+bool kt_cuda_available(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return false;
+	}
+	return n > 0;
+}
+
+static void cuda_close(struct kt_backend *be)
+{
+	struct cuda_backend *cu = cu_of(be);
+
+	CU_WARN(cu_enter(cu));
+	if (cu->stream)
+		CU_WARN(cudaStreamSynchronize(cu->stream));
+	cuda_free_all(cu);
+	if (cu->blas)
+		cublasDestroy(cu->blas);
+	CU_WARN(cudaFree(cu->blas_ws));
+	CU_WARN(cudaFree(cu->xbf16));
+	CU_WARN(cudaFree(cu->stage));
+	CU_WARN(cudaFree(cu->fault));
+	CU_WARN(cudaFree(cu->rows_dev));
+	CU_WARN(cudaFree(cu->ids_dev));
+	CU_WARN(cudaFreeHost(cu->fault_host));
+	CU_WARN(cudaFreeHost(cu->rows_host));
+	CU_WARN(cudaFreeHost(cu->ids_host));
+	if (cu->stream)
+		CU_WARN(cudaStreamDestroy(cu->stream));
+	pthread_mutex_destroy(&cu->lock);
+	free(cu);
+}
+
+static const struct kt_ops cuda_ops = {
+	cuda_close,
+	cuda_alloc,
+	cuda_free,
+	cuda_upload,
+	cuda_download,
+	cuda_weight,
+	cuda_synchronize,
+	cuda_embed,
+	cuda_rmsnorm,
+	cuda_matmul,
+	cuda_rope,
+	cuda_kv_store,
+	cuda_attention,
+	cuda_swiglu,
+	cuda_add,
+	cuda_gather_rows,
+	cuda_sample,
+};
+
+static int check_config(const struct kt_config *c, char *err, size_t errlen)
+{
+	if (c->max_tokens <= 0 || c->max_context <= 0 || c->max_seqs < 0)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "backend cuda: max_tokens %d, max_context %d, max_seqs %d: "
+				  "must be > 0", c->max_tokens, c->max_context, c->max_seqs);
+	if (c->max_head_dim <= 0 || c->max_head_dim % 2 || c->max_head_dim > CUDA_MAX_HEAD_DIM)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "backend cuda: max_head_dim %d: must be even, > 0 and <= %d",
+				  c->max_head_dim, CUDA_MAX_HEAD_DIM);
+	return 0;
+}
+
+/* The device index, checked against the devices present. */
+static int pick_device(const struct kt_config *c, char *err, size_t errlen)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return atlas_errf(err, errlen, -ENODEV, "backend cuda: no usable CUDA device: %s",
+				  cudaGetErrorString(e));
+	}
+	if (n <= 0)
+		return atlas_errf(err, errlen, -ENODEV, "backend cuda: no CUDA device");
+	if (c->device < 0 || c->device >= n)
+		return atlas_errf(err, errlen, -ENODEV,
+				  "backend cuda: device %d: out of range (this machine has %d CUDA "
+				  "device%s, 0..%d)", c->device, n, n == 1 ? "" : "s", n - 1);
+	return 0;
+}
+
+/* Everything the ops need; returns the failing step's name in *what. */
+static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
+{
+	const size_t rows_bytes = (size_t)cu->sample_cap * sizeof(*cu->rows_host);
+	const size_t ids_bytes = (size_t)cu->sample_cap * sizeof(*cu->ids_host);
+	cudaError_t e;
+
+#define STEP(call)                        \
+	do {                              \
+		*what = #call;            \
+		if ((e = (call)))         \
+			return e;         \
+	} while (0)
+	STEP(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+	STEP(cudaMalloc(&cu->blas_ws, CUDA_BLAS_WS_BYTES));
+	STEP(cudaMalloc((void **)&cu->fault, sizeof(*cu->fault)));
+	STEP(cudaMemsetAsync(cu->fault, 0, sizeof(*cu->fault), cu->stream));
+	STEP(cudaMallocHost((void **)&cu->fault_host, sizeof(*cu->fault_host)));
+	STEP(cudaMallocHost((void **)&cu->rows_host, rows_bytes));
+	STEP(cudaMallocHost((void **)&cu->ids_host, ids_bytes));
+	STEP(cudaMalloc((void **)&cu->rows_dev, rows_bytes));
+	STEP(cudaMalloc((void **)&cu->ids_dev, ids_bytes));
+#undef STEP
+	*what = "matmul workspace";
+	return cuda_grow_xbf16(cu, CUDA_XBF16_MIN_COLS) ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+
+static int make_blas(struct cuda_backend *cu, const char **what)
+{
+	*what = "cublasCreate";
+	if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS)
+		return -EIO;
+	*what = "cublasSetStream";
+	if (cublasSetStream(cu->blas, cu->stream) != CUBLAS_STATUS_SUCCESS)
+		return -EIO;
+	*what = "cublasSetWorkspace";
+	if (cublasSetWorkspace(cu->blas, cu->blas_ws, CUDA_BLAS_WS_BYTES) != CUBLAS_STATUS_SUCCESS)
+		return -EIO;
+	return 0;
+}
+
+static int setup(struct cuda_backend *cu, char *err, size_t errlen)
+{
+	struct kt_device_info *info = &cu->base.info;
+	struct cudaDeviceProp prop;
+	const char *what;
+	size_t free_b = 0, total_b = 0;
+	cudaError_t e = cudaSetDevice(cu->device);
+
+	if (!e)
+		e = cudaGetDeviceProperties(&prop, cu->device);
+	if (e)
+		return atlas_errf(err, errlen, -EIO, "backend cuda: device %d: %s", cu->device,
+				  cudaGetErrorString(e));
+	if ((e = cuda_probe_kernels())) {
+		(void)cudaGetLastError();
+		return atlas_errf(err, errlen, -ENOTSUP,
+				  "backend cuda: device %d (%s, compute capability %d.%d): this "
+				  "build has no kernels for it (%s); rebuild with -Dgpu_arch=%d%d",
+				  cu->device, prop.name, prop.major, prop.minor,
+				  cudaGetErrorString(e), prop.major, prop.minor);
+	}
+	if ((e = make_resources(cu, &what)))
+		return atlas_errf(err, errlen, e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO,
+				  "backend cuda: device %d (%s): %s: %s", cu->device, prop.name,
+				  what, cudaGetErrorString(e));
+	if (make_blas(cu, &what))
+		return atlas_errf(err, errlen, -EIO, "backend cuda: device %d (%s): %s failed",
+				  cu->device, prop.name, what);
+	if ((e = cudaMemGetInfo(&free_b, &total_b)))
+		return atlas_errf(err, errlen, -EIO, "backend cuda: device %d: cudaMemGetInfo: %s",
+				  cu->device, cudaGetErrorString(e));
+	snprintf(info->name, sizeof info->name, "%.*s", (int)sizeof info->name - 1, prop.name);
+	snprintf(info->backend, sizeof info->backend, "cuda");
+	info->memory_total = total_b;
+	info->memory_free = free_b;
+	info->kv_dtype = KT_F32;
+	return 0;
+}
+
+int kt_cuda_open(const struct kt_config *c, struct kt_backend **out, char *err, size_t errlen)
+{
+	struct cuda_backend *cu;
+	int rc = check_config(c, err, errlen);
+
+	if (rc || (rc = pick_device(c, err, errlen)))
+		return rc;
+	cu = (struct cuda_backend *)calloc(1, sizeof(*cu));
+	if (!cu)
+		return atlas_errf(err, errlen, -ENOMEM, "backend cuda: out of memory");
+	cu->base.ops = &cuda_ops;
+	cu->device = c->device;
+	cu->max_tokens = c->max_tokens;
+	cu->max_context = c->max_context;
+	cu->max_head_dim = c->max_head_dim;
+	cu->sample_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
+	pthread_mutex_init(&cu->lock, NULL);
+	rc = setup(cu, err, errlen);
+	if (rc) {
+		cuda_close(&cu->base);
+		return rc;
+	}
+	*out = &cu->base;
+	return 0;
+}

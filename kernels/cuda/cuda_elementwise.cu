@@ -1,0 +1,137 @@
+/* Row copies and elementwise ops: embed, gather_rows, swiglu, add.
+ *
+ * Layout: row-major f32 matrices; embed's table may also be bf16 (a weight
+ * as kt_weight stores it) and is widened to f32. ids and idx are [n, 1] i32
+ * in device memory, so they are checked by the kernel: a row whose index is
+ * out of range is filled with NaN and sets its fault bit (see cuda_impl.h).
+ *
+ * Launch: row copies use one block of CUDA_THREADS per output row, the
+ * threads striding over the columns (coalesced). swiglu and add are
+ * grid-stride loops over the elements. swiglu may write over gate or up, add
+ * may take x == y; other overlaps are refused as on the cpu backend.
+ */
+#include <errno.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_impl.h"
+
+/* out[i, :] = src[idx[i], :]   out [n, D] f32, src [n_src, D] */
+template <typename S>
+__global__ void copy_rows_kernel(float *out, const S *src, const int32_t *idx, int64_t n_src,
+				 int64_t D, unsigned fault_bit, unsigned *fault)
+{
+	const int64_t i = blockIdx.x;
+	const int32_t r = idx[i];
+	float *o = out + i * D;
+
+	if (r < 0 || r >= n_src) {
+		for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+			o[d] = __int_as_float(0x7fc00000);
+		if (threadIdx.x == 0)
+			atomicOr(fault, fault_bit);
+		return;
+	}
+	for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+		o[d] = widen(src[(int64_t)r * D + d]);
+}
+
+static int copy_rows(struct cuda_backend *cu, const struct kt_tensor *out,
+		     const struct kt_tensor *src, const struct kt_tensor *idx, unsigned fault_bit)
+{
+	const int64_t n = idx->rows, D = src->cols;
+
+	if (!n || !D)
+		return 0;
+	if (n > INT32_MAX)
+		return -EINVAL;
+	CU_CHECK(cu_enter(cu));
+	if (src->dtype == KT_BF16)
+		copy_rows_kernel<<<(unsigned)n, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (const __nv_bfloat16 *)src->data,
+			(const int32_t *)idx->data, src->rows, D, fault_bit, cu->fault);
+	else
+		copy_rows_kernel<<<(unsigned)n, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (const float *)src->data, (const int32_t *)idx->data,
+			src->rows, D, fault_bit, cu->fault);
+	CU_LAUNCHED();
+	return 0;
+}
+
+int cuda_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
+	       const struct kt_tensor *ids)
+{
+	if (!cu_float(table) || !cu_valid(ids, KT_I32) || ids->cols != 1)
+		return -EINVAL;
+	if (!cu_shape(out, KT_F32, ids->rows, table->cols) || cu_overlap(out, table) ||
+	    cu_overlap(out, ids))
+		return -EINVAL;
+	return copy_rows(cu_of(be), out, table, ids, CUDA_FAULT_EMBED);
+}
+
+int cuda_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
+		     const struct kt_tensor *x, const struct kt_tensor *idx)
+{
+	if (!cu_valid(x, KT_F32) || !cu_valid(idx, KT_I32) || idx->cols != 1)
+		return -EINVAL;
+	if (!cu_shape(out, KT_F32, idx->rows, x->cols) || cu_overlap(out, x) ||
+	    cu_overlap(out, idx))
+		return -EINVAL;
+	return copy_rows(cu_of(be), out, x, idx, CUDA_FAULT_GATHER);
+}
+
+/* o = silu(g) * u, written as the cpu backend writes it. */
+__global__ void swiglu_kernel(float *o, const float *g, const float *u, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		float gi = g[i];
+
+		o[i] = gi / (1.0f + expf(-gi)) * u[i];
+	}
+}
+
+__global__ void add_kernel(float *y, const float *x, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		y[i] += x[i];
+}
+
+int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
+		const struct kt_tensor *up)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int64_t n;
+
+	if (!cu_valid(gate, KT_F32) || !cu_shape(up, KT_F32, gate->rows, gate->cols) ||
+	    !cu_shape(out, KT_F32, gate->rows, gate->cols))
+		return -EINVAL;
+	if (!cu_same_or_apart(out, gate) || !cu_same_or_apart(out, up))
+		return -EINVAL;
+	n = gate->rows * gate->cols;
+	if (!n)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	swiglu_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(
+		(float *)out->data, (const float *)gate->data, (const float *)up->data, n);
+	CU_LAUNCHED();
+	return 0;
+}
+
+int cuda_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int64_t n;
+
+	if (!cu_valid(y, KT_F32) || !cu_shape(x, KT_F32, y->rows, y->cols) ||
+	    !cu_same_or_apart(y, x))
+		return -EINVAL;
+	n = y->rows * y->cols;
+	if (!n)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	add_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>((float *)y->data,
+								  (const float *)x->data, n);
+	CU_LAUNCHED();
+	return 0;
+}

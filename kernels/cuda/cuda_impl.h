@@ -1,0 +1,185 @@
+/* Internals of the cuda backend, shared by its .cu files (not for the engine).
+ *
+ * Ordering: every op is enqueued on the backend's one stream (non-blocking
+ * with respect to the legacy default stream), so ops run in call order and
+ * return before the device has run them. Only the sync points wait:
+ * download, sample and synchronize (and, outside the step, weight and free).
+ *
+ * Device-side checks: an index that only the device sees (token ids, gather
+ * indices, positions, sequence slots, block-table entries) is checked by the
+ * kernel that reads it. A bad one never causes an out-of-bounds access: the
+ * kernel skips the row or writes NaN, and sets its CUDA_FAULT_* bit in
+ * cu->fault. The next sync point reads the bits, clears them, logs which ops
+ * faulted and returns -EINVAL, so a step with bad metadata fails instead of
+ * producing quiet garbage.
+ *
+ * No op allocates: the matmul activation workspace is made at open and grows
+ * in weight() to the widest weight; the sampling buffers are sized at open
+ * from kt_config.
+ */
+#ifndef ATLAS_KERNELS_CUDA_IMPL_H
+#define ATLAS_KERNELS_CUDA_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+/* Largest head_dim the attention and rope kernels take (8 floats per lane). */
+#define CUDA_MAX_HEAD_DIM 256
+
+/* Threads of the generic row and elementwise kernels. */
+#define CUDA_THREADS 256
+
+/* Which op saw a bad device-side index since the last sync point. */
+enum cuda_fault {
+	CUDA_FAULT_EMBED = 1u << 0,
+	CUDA_FAULT_GATHER = 1u << 1,
+	CUDA_FAULT_ROPE = 1u << 2,
+	CUDA_FAULT_KV_STORE = 1u << 3,
+	CUDA_FAULT_ATTENTION = 1u << 4,
+};
+
+struct cuda_backend {
+	struct kt_backend base;     /* first member: the engine's handle */
+	int device;                 /* CUDA device index */
+	int max_tokens;             /* matmul workspace rows (bigger T runs in chunks) */
+	int max_context;            /* attention: positions per sequence */
+	int max_head_dim;           /* attention and rope */
+	cudaStream_t stream;        /* every op and copy of this backend */
+	cublasHandle_t blas;        /* bound to stream, workspace blas_ws */
+	void *blas_ws;              /* device, CUDA_BLAS_WS_BYTES, so cuBLAS allocates nothing */
+	pthread_mutex_t lock;       /* guards owned, xbf16 and stage (loaders may be threads) */
+	void **owned;               /* [n_owned] device pointers this backend allocated */
+	size_t n_owned, cap_owned;
+	__nv_bfloat16 *xbf16;       /* device [max_tokens, xbf16_cols]: matmul x rounded to bf16 */
+	int64_t xbf16_cols;         /* largest K of a bf16 weight so far */
+	void *stage;                /* device, CUDA_STAGE_BYTES: weight() conversion staging */
+	unsigned *fault;            /* device: enum cuda_fault bits since the last sync point */
+	unsigned *fault_host;       /* pinned: where a sync point reads them */
+	struct kt_sample_row *rows_host, *rows_dev; /* [sample_cap] pinned, device */
+	int32_t *ids_host, *ids_dev;                /* [sample_cap] pinned, device */
+	int sample_cap;             /* rows per sampling launch (more run in chunks) */
+};
+
+#define CUDA_BLAS_WS_BYTES ((size_t)32 << 20)
+#define CUDA_STAGE_BYTES ((size_t)32 << 20)
+
+static inline struct cuda_backend *cu_of(struct kt_backend *be)
+{
+	return (struct cuda_backend *)be;
+}
+
+/* t has data, dtype dt and a non-negative shape. */
+static inline bool cu_valid(const struct kt_tensor *t, enum kt_dtype dt)
+{
+	return t && t->data && t->dtype == dt && t->rows >= 0 && t->cols >= 0;
+}
+
+/* t has data, dtype dt and exactly rows × cols. */
+static inline bool cu_shape(const struct kt_tensor *t, enum kt_dtype dt, int64_t rows,
+			    int64_t cols)
+{
+	return cu_valid(t, dt) && t->rows == rows && t->cols == cols;
+}
+
+/* t is f32 or bf16 (a weight as kt_weight stores it, or an f32 tensor). */
+static inline bool cu_float(const struct kt_tensor *t)
+{
+	return t && t->data && (t->dtype == KT_F32 || t->dtype == KT_BF16) && t->rows >= 0 &&
+	       t->cols >= 0;
+}
+
+/* The byte ranges of a and b intersect. */
+static inline bool cu_overlap(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
+	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
+}
+
+/* a and b are the same memory or do not touch. */
+static inline bool cu_same_or_apart(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	return a->data == b->data || !cu_overlap(a, b);
+}
+
+/* Make the backend's device current on the calling thread (the engine may
+ * run ops on another thread than the one that opened the backend). */
+static inline cudaError_t cu_enter(const struct cuda_backend *cu)
+{
+	return cudaSetDevice(cu->device);
+}
+
+/* An element of an f32 or bf16 tensor as f32. */
+__device__ __forceinline__ float widen(float v)
+{
+	return v;
+}
+
+__device__ __forceinline__ float widen(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+
+/* Blocks of CUDA_THREADS for a grid-stride loop over n elements. */
+static inline unsigned cu_blocks(int64_t n)
+{
+	int64_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+	return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+/* Wait for the stream, then report and clear device-side faults: 0, -EINVAL
+ * after a fault, or the CUDA error. */
+int cuda_sync_point(struct cuda_backend *cu);
+
+/* Memory (cuda_memory.cu) */
+int cuda_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,
+	       struct kt_tensor *out);
+void cuda_free(struct kt_backend *be, struct kt_tensor *t);
+void cuda_free_all(struct cuda_backend *cu);
+int cuda_upload(struct kt_backend *be, const struct kt_tensor *dst, size_t offset,
+		const void *src, size_t bytes);
+int cuda_download(struct kt_backend *be, void *dst, const struct kt_tensor *src, size_t offset,
+		  size_t bytes);
+int cuda_weight(struct kt_backend *be, enum kt_dtype src_dtype, const void *src, int64_t rows,
+		int64_t cols, bool src_outlives, struct kt_tensor *out);
+int cuda_synchronize(struct kt_backend *be);
+/* Make the matmul workspace hold max_tokens rows of `cols` bf16 values (never
+ * shrinks); at open and from weight(), under cu->lock once the backend is out. */
+int cuda_grow_xbf16(struct cuda_backend *cu, int64_t cols);
+
+/* Ops, one file per family; contracts in kernels/backend.h. */
+int cuda_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
+	       const struct kt_tensor *ids);
+int cuda_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
+		     const struct kt_tensor *x, const struct kt_tensor *idx);
+int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
+		const struct kt_tensor *up);
+int cuda_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x);
+int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
+int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		const struct kt_tensor *w, const struct kt_tensor *bias);
+int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
+	      const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
+		  const struct kt_tensor *vcache, const struct kt_tensor *k,
+		  const struct kt_tensor *v, const struct kt_batch *b);
+int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
+		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,
+		   float scale);
+int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
+		const struct kt_sample_row *rows, int n, int32_t *ids);
+
+/* cudaSuccess when the kernels of this build run on the current device
+ * (cuda_memory.cu). */
+cudaError_t cuda_probe_kernels(void);
+
+#endif

@@ -1,0 +1,142 @@
+/* y = x · wᵀ (+ bias) through cuBLAS.
+ *
+ * Layout: x [T, K] f32, w [N, K] (the Hugging Face Linear layout), y [T, N]
+ * f32, bias [1, N] f32 or bf16. Row-major y = x · wᵀ is column-major
+ * yᵀ = w^T(col) · xᵀ(col): cublasGemmEx(OP_T, OP_N, m = N, n = T, k = K,
+ * A = w (lda K), B = x (ldb K), C = y (ldc N)).
+ *
+ * bf16 weights (what kt_weight stores): x is first rounded to bf16 (nearest
+ * even) into the backend's workspace cu->xbf16 [max_tokens, xbf16_cols], then
+ * a bf16 × bf16 product accumulates in f32 (CUBLAS_COMPUTE_32F) into f32 y.
+ * The workspace is sized for the largest K of the weights loaded, so a model
+ * runs in one product per call; more than max_tokens rows run in row chunks,
+ * and a K larger than the workspace (a bf16 tensor not made by kt_weight) in
+ * K chunks accumulated with beta = 1. f32 weights (kt_alloc'd) go straight to
+ * an f32 product, no conversion.
+ *
+ * Launch: to_bf16_kernel and bias_kernel are grid-stride loops over the
+ * elements; the product is cuBLAS's choice, on the backend's stream with the
+ * workspace given at open (cuBLAS allocates nothing here).
+ */
+#include <errno.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_impl.h"
+
+/* ws[r, k] = bf16(x[r, k0 + k])   ws [rows, kl] packed, x [rows, K] */
+__global__ void to_bf16_kernel(__nv_bfloat16 *ws, const float *x, int64_t rows, int64_t K,
+			       int64_t k0, int64_t kl)
+{
+	const int64_t n = rows * kl;
+
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = i / kl, k = i % kl;
+
+		ws[i] = __float2bfloat16_rn(x[r * K + k0 + k]);
+	}
+}
+
+/* y[t, j] += bias[j]   y [T, N] */
+template <typename B>
+__global__ void bias_kernel(float *y, const B *bias, int64_t T, int64_t N)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * N;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		y[i] += widen(bias[i % N]);
+}
+
+static int gemm_f32(struct cuda_backend *cu, float *y, const float *x, const float *w, int T,
+		    int N, int K)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	BLAS_CHECK(cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, CUDA_R_32F,
+				K, x, CUDA_R_32F, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+				CUBLAS_GEMM_DEFAULT));
+	return 0;
+}
+
+/* Rows [r0, r0 + rows) of y from x rounded to bf16, K in chunks of the
+ * workspace width. */
+static int gemm_bf16_rows(struct cuda_backend *cu, float *y, const float *x,
+			  const __nv_bfloat16 *w, int64_t rows, int N, int64_t K)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	for (int64_t k0 = 0; k0 < K; k0 += cu->xbf16_cols) {
+		const int64_t kl = K - k0 < cu->xbf16_cols ? K - k0 : cu->xbf16_cols;
+
+		to_bf16_kernel<<<cu_blocks(rows * kl), CUDA_THREADS, 0, cu->stream>>>(
+			cu->xbf16, x, rows, K, k0, kl);
+		CU_LAUNCHED();
+		BLAS_CHECK(cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)rows, (int)kl,
+					&one, w + k0, CUDA_R_16BF, (int)K, cu->xbf16, CUDA_R_16BF,
+					(int)kl, k0 ? &one : &zero, y, CUDA_R_32F, N,
+					CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	}
+	return 0;
+}
+
+static int add_bias(struct cuda_backend *cu, const struct kt_tensor *y,
+		    const struct kt_tensor *bias)
+{
+	const int64_t T = y->rows, N = y->cols;
+
+	if (bias->dtype == KT_BF16)
+		bias_kernel<<<cu_blocks(T * N), CUDA_THREADS, 0, cu->stream>>>(
+			(float *)y->data, (const __nv_bfloat16 *)bias->data, T, N);
+	else
+		bias_kernel<<<cu_blocks(T * N), CUDA_THREADS, 0, cu->stream>>>(
+			(float *)y->data, (const float *)bias->data, T, N);
+	CU_LAUNCHED();
+	return 0;
+}
+
+static bool matmul_args_ok(const struct kt_tensor *y, const struct kt_tensor *x,
+			   const struct kt_tensor *w, const struct kt_tensor *bias)
+{
+	if (!cu_valid(x, KT_F32) || !cu_float(w) || w->cols != x->cols)
+		return false;
+	if (!cu_shape(y, KT_F32, x->rows, w->rows))
+		return false;
+	if (bias && (!cu_float(bias) || bias->rows != 1 || bias->cols != w->rows ||
+		     cu_overlap(y, bias)))
+		return false;
+	if (x->rows > INT32_MAX || x->cols > INT32_MAX || w->rows > INT32_MAX)
+		return false;
+	return !cu_overlap(y, x) && !cu_overlap(y, w);
+}
+
+int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		const struct kt_tensor *w, const struct kt_tensor *bias)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int64_t T, K, N;
+	int rc = 0;
+
+	if (!matmul_args_ok(y, x, w, bias))
+		return -EINVAL;
+	T = x->rows;
+	K = x->cols;
+	N = w->rows;
+	if (!T || !N)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	if (!K)
+		CU_CHECK(cudaMemsetAsync(y->data, 0, kt_nbytes(y), cu->stream));
+	else if (w->dtype == KT_F32)
+		rc = gemm_f32(cu, (float *)y->data, (const float *)x->data,
+			      (const float *)w->data, (int)T, (int)N, (int)K);
+	else
+		for (int64_t r0 = 0; r0 < T && !rc; r0 += cu->max_tokens) {
+			const int64_t rows = T - r0 < cu->max_tokens ? T - r0 : cu->max_tokens;
+
+			rc = gemm_bf16_rows(cu, (float *)y->data + r0 * N,
+					    (const float *)x->data + r0 * K,
+					    (const __nv_bfloat16 *)w->data, rows, (int)N, K);
+		}
+	if (rc || !bias)
+		return rc;
+	return add_bias(cu, y, bias);
+}

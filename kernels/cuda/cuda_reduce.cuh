@@ -1,0 +1,53 @@
+/* Warp and block reductions shared by the cuda kernels.
+ *
+ * Reductions run in a fixed tree order (xor butterfly in the warp, then the
+ * warp results in order), so a kernel's result does not depend on timing.
+ * block_reduce needs blockDim.x a multiple of 32 (at most 1024), is called by
+ * every thread of the block, returns the result to every thread and ends with
+ * a barrier, so its 32-entry shared buffer may be reused at once.
+ */
+#ifndef ATLAS_KERNELS_CUDA_REDUCE_CUH
+#define ATLAS_KERNELS_CUDA_REDUCE_CUH
+
+#include <stdint.h>
+
+#define FULL_WARP 0xffffffffu
+
+struct op_sum {
+	template <typename T> __device__ __forceinline__ T operator()(T a, T b) const
+	{
+		return a + b;
+	}
+};
+
+struct op_max {
+	template <typename T> __device__ __forceinline__ T operator()(T a, T b) const
+	{
+		return a > b ? a : b;
+	}
+};
+
+template <typename T, typename Op> __device__ __forceinline__ T warp_reduce(T v, Op op)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = op(v, __shfl_xor_sync(FULL_WARP, v, o));
+	return v;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, Op op, T identity, T *shared32)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int n_warps = (int)(blockDim.x >> 5);
+
+	v = warp_reduce(v, op);
+	if (lane == 0)
+		shared32[warp] = v;
+	__syncthreads();
+	v = lane < n_warps ? shared32[lane] : identity;
+	v = warp_reduce(v, op);
+	__syncthreads();
+	return v;
+}
+
+#endif

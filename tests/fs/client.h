@@ -1,0 +1,111 @@
+/* Shared by the fs test programs: the program's mount D (atlasd built
+ * against the fake engine, see fake_engine.c), helpers that assert, and a
+ * main that mounts, runs the tests, and checks a clean SIGTERM unmount. */
+#ifndef ATLAS_TESTS_FS_CLIENT_H
+#define ATLAS_TESTS_FS_CLIENT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct daemon D;
+
+static inline void submit(const char *session, const char *prompt)
+{
+	assert_int_equal(put_file(mpath(&D, "%s/in", session), prompt), 0);
+}
+
+/* The whole output of the newest turn of session; rc: how the last read ended. */
+static inline char *answer(const char *session, int *rc)
+{
+	char *text;
+	size_t len;
+	int r = get_file(mpath(&D, "%s/out", session), &text, &len);
+	if (rc)
+		*rc = r;
+	else
+		assert_int_equal(r, 0);
+	return text;
+}
+
+static inline void ctl(const char *session, const char *text)
+{
+	assert_int_equal(put_file(mpath(&D, "%s/ctl", session), text), 0);
+}
+
+/* The value of `key` in a flat key-value file, or NULL. */
+static inline char *value_of(const char *path, const char *key)
+{
+	char *text;
+	size_t len;
+	if (get_file(path, &text, &len) != 0)
+		return NULL;
+	char *v = NULL;
+	size_t k = strlen(key);
+	for (char *line = strtok(text, "\n"); line && !v; line = strtok(NULL, "\n"))
+		if (!strncmp(line, key, k) && (line[k] == ' ' || line[k] == 0))
+			v = strdup(line[k] ? line + k + 1 : "");
+	free(text);
+	return v;
+}
+
+static inline void assert_value(const char *path, const char *key, const char *want)
+{
+	char *v = value_of(path, key);
+	assert_non_null(v);
+	assert_string_equal(v, want);
+	free(v);
+}
+
+/* Mount D, run the tests, stop atlasd with SIGTERM: it must exit 0 and
+ * leave nothing mounted. */
+static inline int run_mounted(int argc, char **argv, const char *name,
+			      const struct CMUnitTest *tests, size_t n)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
+		return 1;
+	}
+	harness_atlasd = argv[1];
+	if (access("/dev/fuse", R_OK | W_OK) != 0) {
+		fprintf(stderr, "no usable /dev/fuse: skipped\n");
+		return SKIP;
+	}
+	if (daemon_prepare(&D) != 0)
+		return 1;
+	char opts[600];
+	snprintf(opts, sizeof opts,
+		 "model=%s,sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
+		 D.model);
+	const char *args[] = { "-o", opts, NULL };
+	int rc = daemon_start(&D, args);
+	if (rc) {
+		daemon_cleanup(&D);
+		return rc == SKIP ? SKIP : 1;
+	}
+	rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+	int status = daemon_stop(&D);
+	if (status != 0) {
+		char *log = daemon_log(&D);
+		fprintf(stderr, "atlasd ended with %d after SIGTERM:\n%s\n", status, log ? log : "");
+		free(log);
+		rc = rc ? rc : 1;
+	}
+	if (is_mounted(D.mnt)) {
+		fprintf(stderr, "still mounted after SIGTERM\n");
+		rc = rc ? rc : 1;
+	}
+	daemon_cleanup(&D);
+	return rc;
+}
+
+#endif

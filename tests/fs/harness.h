@@ -1,0 +1,55 @@
+/* Helpers of the fs tests: a daemon (atlasd built against the fake engine)
+ * mounted on a temporary directory, and small file operations that return
+ * a negative errno instead of failing. */
+#ifndef ATLAS_TESTS_FS_HARNESS_H
+#define ATLAS_TESTS_FS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define SKIP 77
+
+struct daemon {
+	char dir[256];      /* temporary directory: mnt/, model/, log */
+	char mnt[300];
+	char model[300];
+	char log[300];      /* the daemon's stderr */
+	pid_t pid;          /* 0 when not running (or not our child) */
+};
+
+/* The atlasd to run (argv[1] of the test). */
+extern const char *harness_atlasd;
+
+/* Make the directories of d. */
+int daemon_prepare(struct daemon *d);
+/* Run atlasd with args (NULL-terminated, between the program and the
+ * mountpoint), without waiting; its stderr goes to d->log. */
+pid_t daemon_spawn(struct daemon *d, const char *const *args);
+/* Spawn with -f and wait until mounted: 0, SKIP when FUSE mounts are not
+ * permitted here, -1 on other failures (the log is printed). */
+int daemon_start(struct daemon *d, const char *const *args);
+/* Wait up to ms for pid to exit; its exit status, or -1 on timeout. */
+int wait_exit(pid_t pid, int ms);
+/* SIGTERM and wait: the exit status (-1 on timeout, then SIGKILL). */
+int daemon_stop(struct daemon *d);
+bool is_mounted(const char *path);
+/* Remove what daemon_prepare made (after unmounting). */
+void daemon_cleanup(struct daemon *d);
+/* Whole content of the daemon's log (malloc'd). */
+char *daemon_log(const struct daemon *d);
+
+/* A path under the mount: a rotating static buffer. */
+const char *mpath(const struct daemon *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* open + write + close: 0 or the first -errno (close's included). */
+int put_file(const char *path, const char *text);
+/* Read to EOF or error: the text (malloc'd, *len bytes) and 0 or -errno of
+ * the read that failed. */
+int get_file(const char *path, char **text, size_t *len);
+/* Read fd to EOF or error, as get_file. */
+int read_fd(int fd, char **text, size_t *len);
+double now_s(void);
+
+#endif

@@ -1,0 +1,241 @@
+/* The tree (DESIGN §2) on a real FUSE mount: names and modes, a session's
+ * ctl, mkdir and rmdir, access errors, and the ctl/ files with metrics in
+ * the Prometheus text format. */
+#include "client.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "common/err.h"
+#include "metrics_check.h"
+
+static void test_tree(void **state)
+{
+	const char *want[] = { "README", "ctl", "s1", "s2" };
+	for (size_t i = 0; i < 4; i++) {
+		struct stat st;
+		assert_int_equal(stat(mpath(&D, "%s", want[i]), &st), 0);
+	}
+	DIR *dir = opendir(D.mnt);
+	assert_non_null(dir);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(dir));)
+		n++;
+	closedir(dir);
+	assert_int_equal(n, 6);   /* . .. README ctl s1 s2 */
+
+	const char *ctl_files[] = { "slots", "kv", "spec", "ep", "engine", "metrics", "config" };
+	for (size_t i = 0; i < 7; i++) {
+		char *text;
+		size_t len;
+		assert_int_equal(get_file(mpath(&D, "ctl/%s", ctl_files[i]), &text, &len), 0);
+		assert_true(len > 0);
+		free(text);
+	}
+	struct { const char *name; mode_t mode; } modes[] = {
+		{ "s1", S_IFDIR | 0555 }, { "s1/in", S_IFREG | 0220 }, { "s1/out", S_IFREG | 0440 },
+		{ "s1/ctl", S_IFREG | 0660 }, { "s1/history", S_IFREG | 0440 },
+		{ "s1/status", S_IFREG | 0440 }, { "ctl/metrics", S_IFREG | 0444 },
+	};
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(modes); i++) {
+		struct stat st;
+		assert_int_equal(stat(mpath(&D, "%s", modes[i].name), &st), 0);
+		assert_int_equal(st.st_mode, modes[i].mode);
+		assert_int_equal(st.st_size, 0);
+	}
+
+	char *readme;
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "README"), &readme, &len), 0);
+	assert_non_null(strstr(readme, D.model));
+	assert_non_null(strstr(readme, "s1/in"));
+	free(readme);
+}
+
+/* `echo p > in; cat out` never races: the commit happens at close. */
+
+static void test_ctl(void **state)
+{
+	const char *path = mpath(&D, "s1/ctl");
+	assert_value(path, "temperature", "0.5");   /* -o temperature=0.5 */
+	ctl("s1", "temperature 0.25\ntop_k 7\n");
+	assert_value(path, "temperature", "0.25");
+	assert_value(path, "top_k", "7");
+	/* One bad line fails the whole write and changes nothing. */
+	assert_int_equal(put_file(path, "temperature 0.75\nbogus 1\n"), -EINVAL);
+	assert_int_equal(put_file(path, "top_k 9\ntop_p 2\n"), -EINVAL);
+	assert_int_equal(put_file(path, "top_k 9\ncancel now\n"), -EINVAL);
+	assert_value(path, "temperature", "0.25");
+	assert_value(path, "top_k", "7");
+	/* Shells write a redirection line by line: the lines of one handle apply
+	 * together at close, and a bad one fails its write and poisons the rest. */
+	int wfd = open(path, O_WRONLY);
+	assert_true(wfd >= 0);
+	assert_int_equal(write(wfd, "top_k 11\n", 9), 9);
+	assert_value(path, "top_k", "7");
+	errno = 0;
+	assert_int_equal(write(wfd, "temperature hot\n", 16), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(write(wfd, "top_p 0.5\n", 10), -1);
+	assert_int_equal(close(wfd), 0);
+	assert_value(path, "top_k", "7");
+	assert_value(path, "top_p", "0.9");
+	wfd = open(path, O_WRONLY);
+	assert_int_equal(write(wfd, "top_k 11\n", 9), 9);
+	assert_int_equal(write(wfd, "top_p 0.5", 9), 9);   /* the last line may lack its newline */
+	assert_int_equal(close(wfd), 0);
+	assert_value(path, "top_k", "11");
+	assert_value(path, "top_p", "0.5");
+	ctl("s1", "top_k 7\ntop_p 0.9\n");
+	/* Settings apply to the next turn: max_tokens counts characters here. */
+	ctl("s1", "max_tokens 3\n");
+	submit("s1", "abcdef");
+	char *out = answer("s1", NULL);
+	assert_string_equal(out, "fed");
+	free(out);
+	assert_value(mpath(&D, "s1/status"), "finish", "length");
+	ctl("s1", "max_tokens 512\ntemperature 0.5\ntop_k 40\n");
+
+	/* A handle's snapshot is taken at open. */
+	int fd = open(path, O_RDONLY);
+	ctl("s1", "seed 42\n");
+	char *text;
+	size_t len;
+	assert_int_equal(read_fd(fd, &text, &len), 0);
+	close(fd);
+	assert_null(strstr(text, "seed 42"));
+	free(text);
+	assert_value(path, "seed", "42");
+}
+
+static void test_mkdir_rmdir(void **state)
+{
+	struct stat st;
+	assert_int_equal(mkdir(mpath(&D, "s9"), 0755), 0);
+	assert_int_equal(stat(mpath(&D, "s9/in"), &st), 0);
+	submit("s9", "nine");
+	char *out = answer("s9", NULL);
+	assert_string_equal(out, "enin");
+	free(out);
+	assert_int_equal(mkdir(mpath(&D, "s9"), 0755), -1);
+	assert_int_equal(errno, EEXIST);
+	assert_int_equal(rmdir(mpath(&D, "s9")), 0);
+	assert_int_equal(stat(mpath(&D, "s9"), &st), -1);
+	assert_int_equal(errno, ENOENT);
+	/* The name can be used again, for a fresh session. */
+	assert_int_equal(mkdir(mpath(&D, "s9"), 0755), 0);
+	assert_value(mpath(&D, "s9/status"), "turns", "0");
+
+	assert_int_equal(mkdir(mpath(&D, "bad name"), 0755), -1);
+	assert_int_equal(errno, EINVAL);
+	char longname[80];
+	memset(longname, 'a', 70);
+	longname[70] = 0;
+	assert_int_equal(mkdir(mpath(&D, "%s", longname), 0755), -1);
+	assert_int_equal(errno, EINVAL);
+	/* max_sessions is 5: s1 s2 s9 and two more. */
+	assert_int_equal(mkdir(mpath(&D, "x1"), 0755), 0);
+	assert_int_equal(mkdir(mpath(&D, "x2"), 0755), 0);
+	assert_int_equal(mkdir(mpath(&D, "x3"), 0755), -1);
+	assert_int_equal(errno, ENOSPC);
+	assert_int_equal(rmdir(mpath(&D, "x1")), 0);
+	assert_int_equal(rmdir(mpath(&D, "x2")), 0);
+	assert_int_equal(rmdir(mpath(&D, "s9")), 0);
+
+	assert_int_equal(mkdir(mpath(&D, "ctl/x"), 0755), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(mkdir(mpath(&D, "s1/x"), 0755), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(rmdir(mpath(&D, "ctl")), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(rmdir(mpath(&D, "README")), -1);
+	assert_int_equal(errno, ENOTDIR);
+	assert_int_equal(rmdir(mpath(&D, "nosuch")), -1);
+	assert_int_equal(errno, ENOENT);
+}
+
+static void test_access_errors(void **state)
+{
+	struct { const char *name; int flags, err; } cases[] = {
+		{ "s1/out", O_WRONLY, EACCES }, { "s1/status", O_WRONLY, EACCES },
+		{ "s1/history", O_RDWR, EACCES }, { "s1/in", O_RDONLY, EACCES },
+		{ "ctl/slots", O_WRONLY, EACCES }, { "README", O_RDWR, EACCES },
+		{ "s1/nope", O_RDONLY, ENOENT }, { "nosuch/in", O_WRONLY, ENOENT },
+		{ "s1/new", O_WRONLY | O_CREAT, EACCES }, { "newfile", O_WRONLY | O_CREAT, EACCES },
+	};
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(cases); i++) {
+		int fd = open(mpath(&D, "%s", cases[i].name), cases[i].flags, 0644);
+		if (fd >= 0)
+			close(fd);
+		assert_int_equal(fd, -1);
+		assert_int_equal(errno, cases[i].err);
+	}
+	assert_int_equal(unlink(mpath(&D, "s1/in")), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(rename(mpath(&D, "s1/in"), mpath(&D, "s1/in2")), -1);
+	assert_int_equal(errno, EACCES);
+	assert_int_equal(truncate(mpath(&D, "s1/status"), 0), -1);
+	assert_int_equal(errno, EACCES);
+}
+
+/* Child reader of a SLOW turn: 0 when its read ends with ECANCELED. */
+
+static void test_metrics(void **state)
+{
+	submit("s1", "metrics");
+	free(answer("s1", NULL));
+	char *text;
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "ctl/metrics"), &text, &len), 0);
+	char err[256] = "";
+	int rc = check_prometheus(text, err, sizeof err);
+	if (rc)
+		fail_msg("ctl/metrics: %s", err);
+	assert_non_null(strstr(text, "\natlas_turns_total "));
+	assert_non_null(strstr(text, "atlas_slot_kv_blocks{slot=\"2\",tier=\"disk\"} 0\n"));
+	assert_non_null(strstr(text, "device=\"none \\\"quoted\\\" \\\\ device\""));
+	free(text);
+}
+
+static void test_ctl_files(void **state)
+{
+	assert_value(mpath(&D, "ctl/engine"), "architecture", "FakeForCausalLM");
+	assert_value(mpath(&D, "ctl/engine"), "slots", "3");
+	assert_value(mpath(&D, "ctl/spec"), "method", "off");
+	assert_value(mpath(&D, "ctl/kv"), "block_size_tokens", "16");
+	assert_value(mpath(&D, "ctl/ep"), "ranks", "1");
+	char *text;
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "ctl/slots"), &text, &len), 0);
+	int lines = 0;
+	for (char *c = text; *c; c++)
+		lines += *c == '\n';
+	assert_int_equal(lines, 4);   /* a header and max_batch = 3 slots */
+	free(text);
+	assert_int_equal(get_file(mpath(&D, "ctl/config"), &text, &len), 0);
+	assert_non_null(strstr(text, "\nmax_batch = 3\n"));
+	assert_non_null(strstr(text, D.model));
+	free(text);
+	/* Reads honour offsets within one snapshot. */
+	int fd = open(mpath(&D, "ctl/config"), O_RDONLY);
+	char a[32] = "", b[32] = "";
+	assert_int_equal(pread(fd, a, 10, 5), 10);
+	assert_int_equal(pread(fd, b, 5, 10), 5);
+	assert_memory_equal(a + 5, b, 5);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tree),
+		cmocka_unit_test(test_ctl),
+		cmocka_unit_test(test_mkdir_rmdir),
+		cmocka_unit_test(test_access_errors),
+		cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_ctl_files),
+	};
+	return run_mounted(argc, argv, "fs-tree", tests, ATLAS_ARRAY_LEN(tests));
+}

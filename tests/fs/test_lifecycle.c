@@ -1,0 +1,267 @@
+/* atlasd's life around the filesystem, with the fake engine: options and
+ * their errors, load errors with and without -f, the background mode,
+ * SIGTERM and fusermount3 -u. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct fixture {
+	struct daemon d;
+	char model_opt[400];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof *f);
+	if (!f || daemon_prepare(&f->d))
+		return -1;
+	snprintf(f->model_opt, sizeof f->model_opt, "model=%s", f->d.model);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	daemon_cleanup(&f->d);
+	free(f);
+	return 0;
+}
+
+/* Run atlasd to its end (it must not mount): its exit status; its output
+ * is in the log. */
+static int run(struct daemon *d, const char *const *args)
+{
+	pid_t pid = daemon_spawn(d, args);
+	int status = wait_exit(pid, 10000);
+	if (status < 0)
+		kill(pid, SIGKILL);
+	return status;
+}
+
+static void assert_log_has(const struct daemon *d, const char *what)
+{
+	char *log = daemon_log(d);
+	assert_non_null(log);
+	if (!strstr(log, what))
+		fail_msg("'%s' not in atlasd's output:\n%s", what, log);
+	free(log);
+}
+
+/* Errors are one line on stderr. */
+static void assert_one_line(const struct daemon *d)
+{
+	char *log = daemon_log(d);
+	assert_non_null(log);
+	int lines = 0;
+	for (char *c = log; *c; c++)
+		lines += *c == '\n';
+	if (lines != 1)
+		fail_msg("not one line:\n%s", log);
+	free(log);
+}
+
+static void test_help_version(void **state)
+{
+	struct fixture *f = *state;
+	const char *help[] = { "--help", NULL };
+	assert_int_equal(run(&f->d, help), 0);
+	assert_log_has(&f->d, "--config FILE");
+	assert_log_has(&f->d, "max_batch = ");   /* the keys with their defaults */
+	const char *version[] = { "-V", NULL };
+	assert_int_equal(run(&f->d, version), 0);
+	assert_log_has(&f->d, "atlasd ");
+}
+
+static void test_bad_options(void **state)
+{
+	struct fixture *f = *state;
+	const char *unknown[] = { "-f", "-o", f->model_opt, "-o", "no_such_key=1", NULL };
+	assert_int_equal(run(&f->d, unknown), 1);
+	assert_log_has(&f->d, "no_such_key");
+	assert_one_line(&f->d);
+	const char *value[] = { "-f", "-o", f->model_opt, "-o", "max_batch=0", NULL };
+	assert_int_equal(run(&f->d, value), 1);
+	assert_log_has(&f->d, "max_batch");
+	assert_one_line(&f->d);
+	const char *file[] = { "-f", "--config", "/nonexistent/atlas.conf", NULL };
+	assert_int_equal(run(&f->d, file), 1);
+	assert_log_has(&f->d, "/nonexistent/atlas.conf");
+	assert_false(is_mounted(f->d.mnt));
+}
+
+static void test_config_file(void **state)
+{
+	struct fixture *f = *state;
+	char conf[400], text[600];
+	snprintf(conf, sizeof conf, "%s/atlas.conf", f->d.dir);
+	snprintf(text, sizeof text, "[model]\nmodel = %s\n[sessions]\nsessions = 3\n"
+		 "max_sessions = 3\n", f->d.model);
+	FILE *fp = fopen(conf, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+	/* Flags override the file; allow_other and default_permissions are
+	 * configuration keys that reach the mount. */
+	const char *args[] = { "--config", conf, "-o", "sessions=1", "-o",
+			       "allow_other,default_permissions", NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	char *mounts;
+	size_t len;
+	assert_int_equal(get_file("/proc/self/mounts", &mounts, &len), 0);
+	char *line = strstr(mounts, f->d.mnt);
+	assert_non_null(line);
+	*strchrnul(line, '\n') = 0;
+	assert_non_null(strstr(line, "allow_other"));
+	assert_non_null(strstr(line, "default_permissions"));
+	free(mounts);
+	struct stat st;
+	assert_int_equal(stat(mpath(&f->d, "s1"), &st), 0);
+	assert_int_equal(stat(mpath(&f->d, "s2"), &st), -1);
+	char *cfg;
+	assert_int_equal(get_file(mpath(&f->d, "ctl/config"), &cfg, &len), 0);
+	assert_non_null(strstr(cfg, "\nsessions = 1\n"));
+	assert_non_null(strstr(cfg, "\nmax_sessions = 3\n"));
+	assert_non_null(strstr(cfg, "\nallow_other = true\n"));
+	free(cfg);
+	assert_int_equal(daemon_stop(&f->d), 0);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+static void test_missing_model(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-f", "-o", "model=/nonexistent/model", NULL };
+	assert_int_equal(run(&f->d, args), 1);
+	assert_log_has(&f->d, "/nonexistent/model");
+	assert_one_line(&f->d);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+/* An engine that fails to load reports it on the terminal and exits 1, in
+ * the foreground and in the background alike. */
+static void test_load_error(void **state)
+{
+	struct fixture *f = *state;
+	char marker[400];
+	snprintf(marker, sizeof marker, "%s/FAIL_OPEN", f->d.model);
+	FILE *fp = fopen(marker, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	const char *fg[] = { "-f", "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, fg), 1);
+	assert_log_has(&f->d, "FAIL_OPEN is present");
+	assert_one_line(&f->d);
+	const char *bg[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, bg), 1);
+	assert_log_has(&f->d, "FAIL_OPEN is present");
+	assert_false(is_mounted(f->d.mnt));
+	unlink(marker);
+}
+
+/* Without -f: atlasd returns once mounted and keeps serving. */
+static void test_background(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, args), 0);
+	assert_true(is_mounted(f->d.mnt));
+	assert_int_equal(put_file(mpath(&f->d, "s1/in"), "bg"), 0);
+	char *out;
+	size_t len;
+	assert_int_equal(get_file(mpath(&f->d, "s1/out"), &out, &len), 0);
+	assert_string_equal(out, "gb");
+	free(out);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "fusermount3 -u %s", f->d.mnt);
+	assert_int_equal(system(cmd), 0);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+static void test_fusermount(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "fusermount3 -u %s", f->d.mnt);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(wait_exit(f->d.pid, 5000), 0);
+	f->d.pid = 0;
+	assert_false(is_mounted(f->d.mnt));
+}
+
+/* SIGTERM with a reader parked on a running turn: the reader gets an error,
+ * atlasd exits 0 and the mount is gone. */
+static void test_sigterm_with_reader(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	assert_int_equal(put_file(mpath(&f->d, "s1/in"), "SLOW abc"), 0);
+	pid_t reader = fork();
+	if (reader == 0) {
+		char *text;
+		size_t len;
+		int rc = get_file(mpath(&f->d, "s1/out"), &text, &len);
+		_exit(rc < 0 && !strcmp(text, "cba") ? 0 : 1);
+	}
+	usleep(200000);
+	double t0 = now_s();
+	assert_int_equal(daemon_stop(&f->d), 0);
+	assert_true(now_s() - t0 < 3.0);
+	assert_int_equal(wait_exit(reader, 3000), 0);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
+		return 1;
+	}
+	harness_atlasd = argv[1];
+	if (access("/dev/fuse", R_OK | W_OK) != 0) {
+		fprintf(stderr, "no usable /dev/fuse: skipped\n");
+		return SKIP;
+	}
+	/* Can this machine mount at all? */
+	struct daemon probe;
+	if (daemon_prepare(&probe))
+		return 1;
+	char opt[400];
+	snprintf(opt, sizeof opt, "model=%s", probe.model);
+	const char *args[] = { "-o", opt, NULL };
+	int rc = daemon_start(&probe, args);
+	if (rc == 0 && daemon_stop(&probe) != 0)
+		rc = 1;
+	daemon_cleanup(&probe);
+	if (rc)
+		return rc == SKIP ? SKIP : 1;
+
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_help_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_config_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_missing_model, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_load_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_background, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fusermount, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sigterm_with_reader, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
