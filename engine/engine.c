@@ -21,19 +21,6 @@
  * positions for atlas_engine_logits (each row is vocab floats). */
 #define ENGINE_LOGITS_CHUNK 32
 
-const char *atlas_state_name(enum atlas_state s)
-{
-	static const char *const names[] = { "idle", "queued", "prefill", "decode", "parked",
-					     "error" };
-	return (unsigned)s < ATLAS_ARRAY_LEN(names) ? names[s] : "?";
-}
-
-const char *atlas_tier_name(enum atlas_tier t)
-{
-	static const char *const names[] = { "hbm", "host", "disk" };
-	return (unsigned)t < ATLAS_ARRAY_LEN(names) ? names[t] : "?";
-}
-
 static void housekeeping(struct atlas_engine *e)
 {
 	struct atlas_session **pp = &e->sessions;

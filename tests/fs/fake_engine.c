@@ -52,19 +52,6 @@ struct atlas_engine {
 	uint64_t t_start_ns;
 };
 
-const char *atlas_state_name(enum atlas_state s)
-{
-	static const char *const names[] = { "idle", "queued", "prefill", "decode", "parked",
-					     "error" };
-	return (unsigned)s < ATLAS_ARRAY_LEN(names) ? names[s] : "?";
-}
-
-const char *atlas_tier_name(enum atlas_tier t)
-{
-	static const char *const names[] = { "hbm", "host", "disk" };
-	return (unsigned)t < ATLAS_ARRAY_LEN(names) ? names[t] : "?";
-}
-
 static void turn_free(struct turn *t)
 {
 	free(t->prompt);
