@@ -77,6 +77,10 @@ struct atlas_params {
 };
 
 void atlas_session_get_params(struct atlas_session *s, struct atlas_params *out);
+/* Whether p is valid for this session's model (e.g. chat mode needs a chat
+ * template), without applying it. */
+int atlas_session_check_params(struct atlas_session *s, const struct atlas_params *p, char *err,
+			       size_t errlen);
 /* Validate and apply; on error nothing changes. Applies to turns that start after. */
 int atlas_session_set_params(struct atlas_session *s, const struct atlas_params *p, char *err,
 			     size_t errlen);

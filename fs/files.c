@@ -198,8 +198,27 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fs_file_put(f);
 }
 
+/* Whether the session has a turn that has not ended: a prompt cannot be
+ * committed then. */
+static bool session_busy(struct fs_session *s)
+{
+	struct atlas_session_status st;
+	bool busy = false;
+	pthread_mutex_lock(&s->lock);
+	if (s->es && atlas_session_status(s->es, &st) == 0)
+		busy = st.state == ATLAS_STATE_QUEUED || st.state == ATLAS_STATE_PREFILL ||
+		       st.state == ATLAS_STATE_DECODE || st.state == ATLAS_STATE_PARKED;
+	pthread_mutex_unlock(&s->lock);
+	return busy;
+}
+
 static int in_append(struct fs_file *f, const char *buf, size_t size)
 {
+	/* The commit at close refuses a prompt while a turn runs, but shells do
+	 * not report errors of close (`echo p > in` would lose the prompt without
+	 * a word): the first write of a prompt says EBUSY already. */
+	if (f->len == 0 && session_busy(f->sess))
+		return -EBUSY;
 	pthread_mutex_lock(&f->lock);
 	int rc = 0;
 	if (size > FS_IN_MAX - f->len) {
@@ -307,8 +326,9 @@ static int ctl_run(struct fs_session *s, const char *buf, size_t size, bool appl
 		if (!rc && cmd != CMD_NONE)
 			cmds[n_cmds++] = cmd;
 	}
-	if (!rc && settings && apply)
-		rc = atlas_session_set_params(s->es, &p, err, sizeof err);
+	if (!rc && settings)
+		rc = apply ? atlas_session_set_params(s->es, &p, err, sizeof err)
+			   : atlas_session_check_params(s->es, &p, err, sizeof err);
 	for (size_t i = 0; !rc && apply && i < n_cmds; i++) {
 		if (cmds[i] == CMD_CANCEL)
 			atlas_session_cancel(s->es);

@@ -299,6 +299,12 @@ void atlas_session_get_params(struct atlas_session *s, struct atlas_params *out)
 	pthread_mutex_unlock(&s->e->lock);
 }
 
+int atlas_session_check_params(struct atlas_session *s, const struct atlas_params *p, char *err,
+			       size_t errlen)
+{
+	return fake_params_validate(p, err, errlen);
+}
+
 int atlas_session_set_params(struct atlas_session *s, const struct atlas_params *p, char *err,
 			     size_t errlen)
 {

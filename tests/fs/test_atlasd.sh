@@ -121,6 +121,20 @@ if printf 'max_tokens 3\nbogus 1\n' > "$mnt/s1/ctl" 2>/dev/null; then fail "a ba
 [ "$(value s1/ctl max_tokens)" = 2 ] || fail "a failed ctl write changed max_tokens"
 ask s1 "$tmp/short"
 [ "$(value s1/status generated_tokens)" -le 2 ] || fail "max_tokens 2 not honoured"
+# What the model cannot do fails at the write, not only at close (which
+# shells do not report): chat mode needs a chat template.
+if [ ! -f "$model/tokenizer.json" ]; then
+	if echo "mode chat" > "$mnt/s1/ctl" 2>/dev/null; then fail "chat mode accepted without a template"; fi
+	[ "$(value s1/ctl mode)" = raw ] || fail "a refused mode changed the mode"
+fi
+
+# A prompt while a turn runs is refused at its first write.
+printf 'max_tokens 100000\n' > "$mnt/s2/ctl" || fail "ctl write"
+echo "$prompt" > "$mnt/s2/in" || fail "commit to s2/in"
+if echo "$prompt" > "$mnt/s2/in" 2>/dev/null; then fail "a prompt was accepted while a turn runs"; fi
+echo cancel > "$mnt/s2/ctl" || fail "cancel"
+if timeout 60 cat "$mnt/s2/out" >/dev/null 2>&1; then fail "a cancelled turn read as a normal end"; fi
+[ "$(value s2/status finish)" = cancelled ] || fail "s2 finish: $(value s2/status finish)"
 
 # ctl/ files and metrics
 for f in slots kv spec ep engine metrics config; do
