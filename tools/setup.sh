@@ -6,9 +6,8 @@
 #   tools/setup.sh --no-mount        everything but the mount (CI, tools/check.sh)
 #
 # Debian 12 packages are installed with apt-get when missing (as root, or
-# through sudo). The build goes to build/. Until a trained model ships in
-# models/default, a small random-weight Qwen3 model with Qwen3's tokenizer is
-# made there (tools/mkmodel.py): it generates text, not sense.
+# through sudo). The build goes to build/. The default model is the one the
+# repository ships, models/atlas-tiny (models/README.md).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,7 +17,7 @@ mnt=/mnt/atlas
 for a in "$@"; do
 	case "$a" in
 	--no-mount) mount=0 ;;
-	-h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,10p' "$0"; exit 0 ;;
 	-*) echo "setup: unknown option $a" >&2; exit 2 ;;
 	*) mnt=$a ;;
 	esac
@@ -42,11 +41,9 @@ fi
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 
-tokdir=build/testdata/qwen3-tokenizer
-tools/fetch-tokenizer "$tokdir"
-if [ ! -f models/default/config.json ]; then
-	echo "setup: making the default model in models/default (random weights)"
-	python3 tools/mkmodel.py --tokenizer "$tokdir" --out models/default
+if [ ! -f models/atlas-tiny/config.json ]; then
+	echo "setup: models/atlas-tiny is missing: the checkout is incomplete" >&2
+	exit 1
 fi
 
 [ "$mount" = 1 ] || exit 0

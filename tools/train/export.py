@@ -1,0 +1,118 @@
+"""Write a qwen3.Qwen3 as a Hugging Face model directory: config.json in the
+spelling transformers 5.x writes, generation_config.json, and the weights as
+safetensors (written here: an 8-byte little-endian header size, a JSON header
+of names, dtypes, shapes and byte ranges, then the raw little-endian data),
+in shards of at most `shard_bytes` with model.safetensors.index.json when
+they do not fit one file.
+"""
+import json
+import os
+import struct
+
+import torch
+
+DTYPE_NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+CONFIG_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def tensor_bytes(t):
+    """Little-endian bytes of t (bf16 through its int16 view: numpy has no bf16)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    a = t.numpy()
+    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def write_safetensors(path, tensors, dtype):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        data = tensor_bytes(t.to(dtype))
+        header[name] = {"dtype": DTYPE_NAMES[dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for b in blobs:
+            f.write(b)
+
+
+def hf_config(cfg, dtype, bos, eos, pad):
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bos,
+        "dtype": CONFIG_DTYPES[dtype],
+        "eos_token_id": eos,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": cfg.intermediate_size,
+        "layer_types": ["full_attention"] * cfg.num_hidden_layers,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "max_window_layers": cfg.num_hidden_layers,
+        "model_type": "qwen3",
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "pad_token_id": pad,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "transformers_version": "5.17.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": cfg.vocab_size,
+    }
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def export(model, out, dtype=torch.bfloat16, shard_bytes=32 << 20, bos=0, eos=(0, 2), pad=0):
+    """Write model (a qwen3.Qwen3) to the folder out. Returns the weight files."""
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        if f.startswith("model") and f.endswith((".safetensors", ".safetensors.index.json")):
+            os.remove(os.path.join(out, f))
+    state = {k: v for k, v in model.state_dict().items()}
+    elem = torch.tensor([], dtype=dtype).element_size()
+    shards, cur, size = [], {}, 0
+    for name, t in state.items():
+        n = t.numel() * elem
+        if cur and size + n > shard_bytes:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[name] = t
+        size += n
+    shards.append(cur)
+    files = []
+    if len(shards) == 1:
+        files.append("model.safetensors")
+        write_safetensors(os.path.join(out, files[0]), shards[0], dtype)
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards):
+            fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            write_safetensors(os.path.join(out, fn), shard, dtype)
+            files.append(fn)
+            weight_map.update({name: fn for name in shard})
+        total = sum(t.numel() for t in state.values()) * elem
+        write_json(os.path.join(out, "model.safetensors.index.json"),
+                   {"metadata": {"total_size": total}, "weight_map": weight_map})
+    write_json(os.path.join(out, "config.json"), hf_config(model.cfg, dtype, bos, list(eos), pad))
+    write_json(os.path.join(out, "generation_config.json"),
+               {"bos_token_id": bos, "eos_token_id": list(eos), "pad_token_id": pad,
+                "transformers_version": "5.17.0"})
+    return files
