@@ -4,6 +4,7 @@
  * first; bad input fails one turn and leaves the engine working.
  *
  * Usage: test_engine MODEL_DIR   (exit 77 when the directory is missing)
+ * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -41,7 +42,8 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_me
 	struct atlas_config c;
 	atlas_config_defaults(&c);
 	snprintf(c.model, sizeof c.model, "%s", model_dir);
-	snprintf(c.backend, sizeof c.backend, "cpu");
+	const char *backend = getenv("ATLAS_TEST_BACKEND");
+	snprintf(c.backend, sizeof c.backend, "%s", backend ? backend : "cpu");
 	c.max_batch = max_batch;
 	c.chunk_size = chunk;
 	c.kv_memory = kv_memory;

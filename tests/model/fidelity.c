@@ -24,7 +24,7 @@ static int read_f32(const char *dir, const char *file, size_t n, float **out, ch
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return atlas_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	*out = malloc(n * sizeof(float) + 1);
+	*out = malloc((n + 1) * sizeof(float));   /* one more, to see a longer file */
 	size_t got = fread(*out, sizeof(float), n + 1, f);
 	fclose(f);
 	if (got != n)

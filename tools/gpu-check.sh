@@ -1,0 +1,50 @@
+#!/bin/sh
+# On a machine with an NVIDIA GPU: build with the CUDA backend and check the
+# whole engine on it. Through the device tool, from the repository root:
+#
+#   ../shared/gpu/prep-deps libfuse3-3 libfuse3-dev fuse3 liburing2 liburing-dev \
+#       libjansson4 libjansson-dev libonig5 libonig-dev libinih1 libinih-dev \
+#       libutf8proc2 libutf8proc-dev libcmocka0 libcmocka-dev       (here, once)
+#   run: sh tools/gpu-check.sh          carry: .devdeps
+#
+# 1. meson test, every suite: backend = auto picks the GPU wherever a test
+#    opens the engine with the defaults (cli, fs, default_model), and the gpu
+#    suite checks every cuda op against the cpu backend;
+# 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda;
+# 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
+# 4. atlas bench on the default model.
+# Logs go to $OUT when it is set. The exit status is the number of failed parts.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"
+out=${OUT:-/tmp}
+build=build-gpu
+[ -f .devdeps/activate.sh ] && . .devdeps/activate.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+failed=0
+part() { echo; echo "== $*"; }
+
+part build
+[ -d $build ] || meson setup $build -Dcuda=enabled >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 99; }
+ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 99; }
+
+part meson test
+meson test -C $build --no-rebuild --num-processes 4 --print-errorlogs >"$out/test.log" 2>&1 ||
+	failed=$((failed + 1))
+grep -E "^ *[0-9]+/[0-9]+ " "$out/test.log" | grep -vE " OK | SKIP "
+grep -E "^(Ok|Fail|Skipped|Timeout):" "$out/test.log"
+cp $build/meson-logs/testlog.txt "$out/testlog.txt"
+
+part engine invariants on cuda
+ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_engine tests/fidelity/models/qwen3_f32_gqa_tied \
+	>"$out/engine-cuda.log" 2>&1 || failed=$((failed + 1))
+grep -E "^\[ *(OK|FAILED|PASSED|  ERROR) " "$out/engine-cuda.log"
+
+part transformers goldens on cuda
+python3 tools/ref/compare_logits.py --atlas $build/tools/atlas --backend cuda --tol 5e-2 ||
+	failed=$((failed + 1))
+
+part bench: the default model on cuda
+$build/tools/atlas bench -o backend=cuda -o log_level=warn --prompt-tokens 128,512,2048 \
+	--gen-tokens 64 --batch 1,8,32 || failed=$((failed + 1))
+exit $failed
