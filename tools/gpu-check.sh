@@ -40,8 +40,11 @@ ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_engine tests/fidelity/models/qw
 	>"$out/engine-cuda.log" 2>&1 || failed=$((failed + 1))
 grep -E "^\[ *(OK|FAILED|PASSED|  ERROR) " "$out/engine-cuda.log"
 
+# The cuda backend multiplies bf16 weights by bf16-rounded activations:
+# transformers' own bf16 run differs from its float32 run by up to 0.18 on
+# these models, and the cuda backend measured 0.087 to 0.15 (H100, 2026-11-22).
 part transformers goldens on cuda
-python3 tools/ref/compare_logits.py --atlas $build/tools/atlas --backend cuda --tol 5e-2 ||
+python3 tools/ref/compare_logits.py --atlas $build/tools/atlas --backend cuda --tol 0.25 ||
 	failed=$((failed + 1))
 
 part bench: the default model on cuda
