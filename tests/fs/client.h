@@ -71,15 +71,9 @@ static inline void assert_value(const char *path, const char *key, const char *w
 static inline int run_mounted(int argc, char **argv, const char *name,
 			      const struct CMUnitTest *tests, size_t n)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
-		return 1;
-	}
-	harness_atlasd = argv[1];
-	if (access("/dev/fuse", R_OK | W_OK) != 0) {
-		fprintf(stderr, "no usable /dev/fuse: skipped\n");
-		return SKIP;
-	}
+	int rc = harness_args(argc, argv);
+	if (rc)
+		return rc;
 	if (daemon_prepare(&D) != 0)
 		return 1;
 	char opts[600];
@@ -87,7 +81,7 @@ static inline int run_mounted(int argc, char **argv, const char *name,
 		 "model=%s,sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
 		 D.model);
 	const char *args[] = { "-o", opts, NULL };
-	int rc = daemon_start(&D, args);
+	rc = daemon_start(&D, args);
 	if (rc) {
 		daemon_cleanup(&D);
 		return rc == SKIP ? SKIP : 1;

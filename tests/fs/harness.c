@@ -221,3 +221,17 @@ int get_file(const char *path, char **text, size_t *len)
 	close(fd);
 	return rc;
 }
+
+int harness_args(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
+		return 1;
+	}
+	harness_atlasd = argv[1];
+	if (access("/dev/fuse", R_OK | W_OK) != 0) {
+		fprintf(stderr, "no usable /dev/fuse: skipped\n");
+		return SKIP;
+	}
+	return 0;
+}

@@ -20,6 +20,9 @@ struct daemon {
 
 /* The atlasd to run (argv[1] of the test). */
 extern const char *harness_atlasd;
+/* Take the atlasd path from argv[1] and check /dev/fuse: 0, or the status
+ * main must return (1 for usage, SKIP without FUSE). */
+int harness_args(int argc, char **argv);
 
 /* Make the directories of d. */
 int daemon_prepare(struct daemon *d);

@@ -230,15 +230,9 @@ static void test_sigterm_with_reader(void **state)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
-		return 1;
-	}
-	harness_atlasd = argv[1];
-	if (access("/dev/fuse", R_OK | W_OK) != 0) {
-		fprintf(stderr, "no usable /dev/fuse: skipped\n");
-		return SKIP;
-	}
+	int status = harness_args(argc, argv);
+	if (status)
+		return status;
 	/* Can this machine mount at all? */
 	struct daemon probe;
 	if (daemon_prepare(&probe))
