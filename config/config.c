@@ -19,6 +19,7 @@
 #endif
 
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
+static const char *const load_format_names[] = { "files", "dummy", NULL };
 static const char *const mode_names[] = { "auto", "chat", "raw", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 
@@ -67,6 +68,11 @@ const struct atlas_key atlas_keys[] = {
 	       "Hugging Face model directory: config.json, the *.safetensors weights and, for "
 	       "text prompts, tokenizer.json. Empty: the model directory chosen when atlas was "
 	       "built (meson option default_model)."),
+	CHOICE("model", load_format, load_format_names, "files",
+	       "files reads the weights from the model directory. dummy makes random weights of "
+	       "a known shape on the device instead, for benchmarks without weight files: model "
+	       "then names the shape (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, "
+	       "llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, atlas-tiny)."),
 
 	CHOICE("engine", backend, backend_names, "auto",
 	       "Compute backend: cpu, cuda, or auto (cuda when a CUDA device can be used, cpu "
@@ -88,11 +94,20 @@ const struct atlas_key atlas_keys[] = {
 	    "the model's maximum. A turn that does not fit fails with a message."),
 	INT("engine", kv_block_size, 1, 256, "16",
 	    "Tokens per block of the paged KV cache, a power of two from 1 to 256."),
-	SIZE("engine", kv_memory, 4096, 1048576 * GIB, "1G",
+	SIZE("engine", kv_memory, 0, 1048576 * GIB, "0",
 	     "Memory for the KV cache blocks, in bytes with an optional suffix K, M or G "
-	     "(powers of 1024). When it is full, idle sessions' KV is dropped first (their "
-	     "next turn recomputes it), then the newest running session is parked until "
-	     "blocks free up."),
+	     "(powers of 1024). 0 sizes it from the memory left after the model is loaded: "
+	     "on cuda gpu_memory_fraction of the device, on cpu 1G. When it is full, idle "
+	     "sessions' KV is dropped first (their next turn recomputes it), then the newest "
+	     "running session is parked until blocks free up."),
+	FLOAT("engine", gpu_memory_fraction, 0.0, true, 1.0, "0.9",
+	      "With kv_memory = 0 on cuda: the share of the device's memory atlas may use in "
+	      "all. The weights and activations are loaded first; the KV pool gets what is "
+	      "left of this share."),
+	BOOL("engine", cuda_graphs, "true",
+	     "Replay decode steps from CUDA graphs, one recorded per batch size and context "
+	     "bucket, instead of launching every kernel from the host. false is for "
+	     "benchmarks and debugging: the tokens are the same either way."),
 
 	INT("sessions", sessions, 0, 4096, "4",
 	    "Session directories s1 to sN that exist when the filesystem is mounted."),

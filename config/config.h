@@ -19,12 +19,15 @@
 #define ATLAS_SYSTEM_MAX 8192   /* bytes of a system prompt */
 #define ATLAS_STOP_MAX 8        /* stop strings per session */
 #define ATLAS_STOP_LEN 64       /* bytes of one stop string */
+/* kv_memory = 0 on the cpu backend: the pool of a small machine. */
+#define ATLAS_KV_MEMORY_CPU_AUTO ((uint64_t)1 << 30)
 
 enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
 
 struct atlas_config {
 	/* [model] */
-	char model[ATLAS_PATH_MAX];     /* Hugging Face model directory */
+	char model[ATLAS_PATH_MAX];     /* Hugging Face model directory, or a shape name (dummy) */
+	char load_format[16];           /* files | dummy */
 
 	/* [engine] */
 	char backend[16];               /* auto | cpu | cuda */
@@ -34,7 +37,9 @@ struct atlas_config {
 	int chunk_size;                 /* prefill tokens in one step, over all sequences */
 	int context;                    /* tokens of one session's context, 0 = the model's maximum */
 	int kv_block_size;              /* tokens per KV block */
-	uint64_t kv_memory;             /* bytes for the KV block pool */
+	uint64_t kv_memory;             /* bytes for the KV block pool, 0 = auto */
+	float gpu_memory_fraction;      /* cuda, kv_memory 0: share of the device memory to use */
+	bool cuda_graphs;               /* replay decode steps from CUDA graphs */
 
 	/* [sessions] */
 	int sessions;                   /* session directories s1..sN made at mount */

@@ -128,6 +128,12 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 		p->seed = s;
 		return 0;
 	}
+	if (strcmp(key, "ignore_eos") == 0) {
+		if ((rc = parse_long(key, value, 0, 1, &x, err, errlen)))
+			return rc;
+		p->ignore_eos = x;
+		return 0;
+	}
 	if (strcmp(key, "mode") == 0) {
 		if (strcmp(value, "chat") == 0)
 			p->mode = ATLAS_MODE_CHAT;
@@ -172,7 +178,7 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 	}
 	return atlas_errf(err, errlen, -EINVAL,
 			  "unknown setting '%s' (temperature, top_p, top_k, max_tokens, seed, "
-			  "mode, stop, system; commands: cancel, reset)", key);
+			  "mode, ignore_eos, stop, system; commands: cancel, reset)", key);
 }
 
 size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len)
@@ -186,6 +192,7 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len)
 	OUT("max_tokens %d\n", p->max_tokens);
 	OUT("seed %" PRIu64 "\n", p->seed);
 	OUT("mode %s\n", p->mode == ATLAS_MODE_CHAT ? "chat" : "raw");
+	OUT("ignore_eos %d\n", p->ignore_eos);
 	if (p->n_stop == 0)
 		OUT("stop\n");
 	for (int i = 0; i < p->n_stop; i++) {

@@ -131,7 +131,7 @@ static int alloc_step(struct atlas_engine *e, char *err, size_t errlen)
 {
 	struct kt_backend *be = e->be;
 	struct step *st = &e->step;
-	int rows = e->max_batch + 1;
+	int rows = e->max_batch + 2;
 	int rc;
 	if ((rc = kt_alloc(be, KT_I32, e->max_tokens, 1, &e->d_ids)) ||
 	    (rc = kt_alloc(be, KT_I32, e->max_tokens, 1, &e->d_pos)) ||
@@ -149,8 +149,9 @@ static int alloc_step(struct atlas_engine *e, char *err, size_t errlen)
 	st->out_rows = calloc((size_t)e->max_tokens, sizeof *st->out_rows);
 	st->sample = calloc((size_t)e->max_out, sizeof *st->sample);
 	st->sampled = calloc((size_t)e->max_out, sizeof *st->sampled);
+	st->segments = calloc((size_t)rows, sizeof *st->segments);
 	if (!e->tables || !st->seqs || !st->ids || !st->pos || !st->seqslot || !st->out_rows ||
-	    !st->sample || !st->sampled)
+	    !st->sample || !st->sampled || !st->segments)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for step buffers");
 	/* Unused block-table entries point at block 0, never past the pool. */
 	return kt_upload(be, &e->d_tables, 0, e->tables,
@@ -173,6 +174,7 @@ static void free_step(struct atlas_engine *e)
 	free(st->out_rows);
 	free(st->sample);
 	free(st->sampled);
+	free(st->segments);
 }
 
 static void engine_free(struct atlas_engine *e)
@@ -191,14 +193,60 @@ static void engine_free(struct atlas_engine *e)
 	free(e);
 }
 
+/* Bytes for the KV pool: kv_memory, or with 0 what is left on the device of
+ * gpu_memory_fraction once everything else is allocated (cpu: a fixed size). */
+static int kv_budget(struct atlas_engine *e, uint64_t *bytes, char *err, size_t errlen)
+{
+	const struct atlas_config *c = &e->cfg;
+	uint64_t free_b, total_b;
+	if (c->kv_memory) {
+		*bytes = c->kv_memory;
+		return 0;
+	}
+	if (strcmp(e->be->info.backend, "cuda")) {
+		*bytes = ATLAS_KV_MEMORY_CPU_AUTO;
+		return 0;
+	}
+	int rc = kt_memory(e->be, &free_b, &total_b);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "kv_memory: cannot read the device's free memory");
+	uint64_t used = total_b - free_b;
+	uint64_t share = (uint64_t)((double)c->gpu_memory_fraction * (double)total_b);
+	if (share <= used)
+		return atlas_errf(err, errlen, -ENOMEM,
+				  "kv_memory: the model and its buffers use %.2f GiB of the %.2f GiB "
+				  "that gpu_memory_fraction %.2f allows on %s; nothing is left for "
+				  "the KV cache (raise gpu_memory_fraction or set kv_memory)",
+				  (double)used / (1 << 30), (double)share / (1 << 30),
+				  c->gpu_memory_fraction, e->be->info.name);
+	*bytes = share - used;
+	log_info("kv_memory: %.2f GiB (gpu_memory_fraction %.2f of %.2f GiB, %.2f GiB in use)",
+		 (double)*bytes / (1 << 30), c->gpu_memory_fraction, (double)total_b / (1 << 30),
+		 (double)used / (1 << 30));
+	return 0;
+}
+
+/* The padding rows of a graphed step belong to the slot after the tools'
+ * slot, whose block table points every position at the pool's pad block. */
+static int point_pad_slot(struct atlas_engine *e)
+{
+	int32_t *row = e->tables + (size_t)pad_slot(e) * (size_t)e->max_blocks;
+	for (int i = 0; i < e->max_blocks; i++)
+		row[i] = e->kv.pad_block;
+	return kt_upload(e->be, &e->d_tables, (size_t)pad_slot(e) * (size_t)e->max_blocks *
+			 sizeof *row, row, (size_t)e->max_blocks * sizeof *row);
+}
+
 static int load(struct atlas_engine *e, char *err, size_t errlen)
 {
 	const struct atlas_config *c = &e->cfg;
+	const bool dummy = !strcmp(c->load_format, "dummy");
 	struct model_config mc;
-	int rc = model_config_load(c->model, &mc, err, errlen);
+	int rc = dummy ? model_shape_config(c->model, &mc, err, errlen)
+		       : model_config_load(c->model, &mc, err, errlen);
 	if (rc)
 		return rc;
-	rc = tok_load(c->model, &e->tok, err, errlen);
+	rc = dummy ? -ENOENT : tok_load(c->model, &e->tok, err, errlen);
 	if (rc == -ENOENT) {
 		log_info("%s: no tokenizer.json; prompts and output are token ids", c->model);
 		e->tok = NULL;
@@ -222,19 +270,28 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 
 	struct kt_config kc = {
 		.backend = c->backend, .threads = c->threads, .device = c->device,
-		.max_tokens = e->max_tokens, .max_seqs = e->max_batch + 1,
+		.max_tokens = e->max_tokens, .max_seqs = e->max_batch + 2,
 		.max_context = e->context, .max_heads = mc.n_heads, .max_head_dim = mc.head_dim,
 	};
 	if ((rc = kt_backend_open(&kc, &e->be, err, errlen)))
 		return rc;
-	if ((rc = model_load(c->model, e->be, e->max_tokens, e->max_out, &e->model, err, errlen)))
+	rc = dummy ? model_load_dummy(c->model, e->be, e->max_tokens, e->max_out, &e->model, err,
+				      errlen)
+		   : model_load(c->model, e->be, e->max_tokens, e->max_out, &e->model, err, errlen);
+	if (rc)
 		return rc;
 	e->mc = model_get_config(e->model);
 	model_get_info(e->model, &e->minfo);
-	if ((rc = kv_pool_init(&e->kv, e->be, mc.n_layers, mc.n_kv_heads, mc.head_dim,
-			       c->kv_block_size, c->kv_memory, err, errlen)))
+	e->graphs = e->be->info.graphs && c->cuda_graphs;
+	/* The step buffers come before the KV pool, so that an automatic
+	 * kv_memory sees every other allocation. */
+	uint64_t kv_bytes = 0;
+	if ((rc = alloc_step(e, err, errlen)) || (rc = kv_budget(e, &kv_bytes, err, errlen)))
 		return rc;
-	return alloc_step(e, err, errlen);
+	if ((rc = kv_pool_init(&e->kv, e->be, mc.n_layers, mc.n_kv_heads, mc.head_dim,
+			       c->kv_block_size, kv_bytes, err, errlen)))
+		return rc;
+	return point_pad_slot(e);
 }
 
 int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out, char *err,

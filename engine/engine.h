@@ -71,6 +71,8 @@ struct atlas_params {
 	int max_tokens;                 /* generated tokens per turn, >= 1 */
 	uint64_t seed;
 	enum atlas_mode mode;           /* chat or raw (never auto once a session exists) */
+	bool ignore_eos;                /* generate max_tokens even past end-of-sequence
+					 * tokens (benchmarks) */
 	int n_stop;
 	char stop[ATLAS_STOP_MAX][ATLAS_STOP_LEN];
 	char system[ATLAS_SYSTEM_MAX];  /* chat mode's system prompt, "" for none */
@@ -200,6 +202,9 @@ struct atlas_engine_stats {
 	char backend[16];
 	char device[128];
 	uint64_t memory_total, weights_bytes, kv_bytes;
+	uint64_t step_weight_bytes;       /* weights one decode step reads (an untied
+					   * input embedding only by row: not counted) */
+	uint64_t kv_bytes_per_token;      /* K and V of one position, all layers */
 	int layers, hidden_size, heads, kv_heads, head_dim, vocab_size, context;
 	uint64_t sessions, turns_total, prompt_tokens_total, generated_tokens_total;
 	uint64_t steps_total, step_tokens_total;

@@ -87,7 +87,8 @@ struct step_seq {
 
 struct step {
 	int n_seqs, n_tokens, n_out;
-	struct step_seq *seqs;      /* [max_batch + 1] */
+	struct step_seq *seqs;      /* [max_batch + 2] */
+	struct kt_segment *segments; /* [max_batch + 2] the multi-token part, for kt_batch */
 	int32_t *ids, *pos, *seqslot, *out_rows;  /* [max_tokens] host staging */
 	struct kt_sample_row *sample;             /* [max_out] */
 	int32_t *sampled;                          /* [max_out] */
@@ -120,7 +121,8 @@ struct atlas_engine {
 
 	struct kv_pool kv;              /* (engine thread) */
 	struct kt_tensor d_ids, d_pos, d_seq, d_out_rows, d_tables, d_logits;  /* step inputs/outputs */
-	int32_t *tables;                /* [(max_batch + 1) * max_blocks] host copy of block tables */
+	int32_t *tables;                /* [(max_batch + 2) * max_blocks] host copy of block tables */
+	bool graphs;                    /* decode steps replay CUDA graphs (backend and config) */
 	struct step step;               /* (engine thread) */
 
 	pthread_t thread;
@@ -144,6 +146,18 @@ struct atlas_engine {
 	double busy_s;
 	uint64_t t_open_ns;
 };
+
+/* Block-table rows: slots 0..max_batch-1 run sessions, the next one serves
+ * atlas_engine_logits, the last one the padding rows of graphed steps. */
+static inline int tools_slot(const struct atlas_engine *e)
+{
+	return e->max_batch;
+}
+
+static inline int pad_slot(const struct atlas_engine *e)
+{
+	return e->max_batch + 1;
+}
 
 /* engine/session.c */
 void session_free(struct atlas_session *s);

@@ -148,7 +148,7 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 	e->generated_tokens_total++;
 	s->state = ATLAS_STATE_DECODE;
 
-	if (is_eos(e, id)) {
+	if (!s->params.ignore_eos && is_eos(e, id)) {
 		s->ended_with_eot = e->tok && id == tok_chat_eot_id(e->tok);
 		session_end_turn(s, 0, "eos", NULL);
 		return;

@@ -51,6 +51,8 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->memory_total = e->be->info.memory_total;
 	o->weights_bytes = e->minfo.device_bytes;
 	o->kv_bytes = (uint64_t)e->kv.n_blocks * e->kv.bytes_per_block;
+	o->step_weight_bytes = e->minfo.device_bytes - e->minfo.lookup_only_bytes;
+	o->kv_bytes_per_token = e->kv.bytes_per_block / (uint64_t)e->kv.block_size;
 	o->layers = mc->n_layers;
 	o->hidden_size = mc->hidden_size;
 	o->heads = mc->n_heads;

@@ -8,12 +8,6 @@
 #include "common/err.h"
 #include "engine/internal.h"
 
-/* The slot whose block-table row belongs to atlas_engine_logits requests. */
-static int tools_slot(const struct atlas_engine *e)
-{
-	return e->max_batch;
-}
-
 static int upload_i32(struct atlas_engine *e, const struct kt_tensor *dst, const int32_t *src,
 		      int n)
 {
@@ -30,30 +24,114 @@ static int upload_table(struct atlas_engine *e, int slot, const struct kv_seq *s
 	return kt_upload(e->be, &e->d_tables, off, row, (size_t)n * sizeof *row);
 }
 
-/* Upload the inputs, run the model, leave logits [n_out, vocab] in d_logits. */
-static int forward(struct atlas_engine *e, const int32_t *ids, const int32_t *pos,
-		   const int32_t *seqslot, int n_tokens, const int32_t *out_rows, int n_out)
+/* Decode batch sizes that get a graph of their own; a batch runs padded to
+ * the next one (or to max_batch). Dense at the small end, where padding
+ * costs the most relative to the work. */
+static const int graph_batches[] = { 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256 };
+
+/* The context lengths of graph buckets start here and double. */
+#define GRAPH_MIN_KV 256
+
+static int graph_batch(const struct atlas_engine *e, int n)
+{
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(graph_batches); i++)
+		if (graph_batches[i] >= n)
+			return ATLAS_MIN(graph_batches[i], e->max_batch);
+	return e->max_batch;
+}
+
+static int graph_kv(const struct atlas_engine *e, int max_kv)
+{
+	int b = GRAPH_MIN_KV;
+	while (b < max_kv && b < e->context)
+		b *= 2;
+	return ATLAS_MIN(b, e->context);
+}
+
+/* One forward pass as the graph of kt_graph records it. */
+struct forward_args {
+	struct model *model;
+	struct kt_tensor ids, out_rows, logits;
+	struct kt_batch b;
+	struct kv_pool *kv;
+};
+
+static int record_forward(void *ctx)
+{
+	struct forward_args *f = ctx;
+	return model_forward(f->model, &f->ids, &f->b, f->kv->k, f->kv->v, &f->out_rows,
+			     &f->logits);
+}
+
+/* Fill the host side of kt_batch: the leading single-token sequences are
+ * decode rows, the rest segments. Rows are laid out sequence by sequence. */
+static void describe(struct atlas_engine *e, const int32_t *pos, const int32_t *seqslot,
+		     int n_tokens, struct kt_batch *b)
+{
+	struct kt_segment *segs = e->step.segments;
+	int row = 0, n = 0;
+	b->n_single = 0;
+	while (row < n_tokens) {
+		int len = 1;
+		while (row + len < n_tokens && seqslot[row + len] == seqslot[row] &&
+		       pos[row + len] == pos[row] + len)
+			len++;
+		if (len == 1 && n == 0)
+			b->n_single++;
+		else
+			segs[n++] = (struct kt_segment){ .row = row, .n_rows = len,
+							 .pos0 = pos[row], .seq = seqslot[row] };
+		row += len;
+	}
+	b->n_segments = n;
+	b->segments = segs;
+}
+
+/* Upload the inputs, run the model, leave logits [n_out, vocab] in d_logits.
+ * A step of decode rows only, each giving logits, replays the graph of its
+ * bucket: padded with rows of the pad slot to the bucket's batch. The host
+ * staging arrays have room for the padding (max_tokens > max_batch). */
+static int forward(struct atlas_engine *e, int32_t *ids, int32_t *pos, int32_t *seqslot,
+		   int n_tokens, int32_t *out_rows, int n_out)
 {
 	int rc, max_kv = 0;
 	for (int i = 0; i < n_tokens; i++)
 		max_kv = ATLAS_MAX(max_kv, pos[i] + 1);
-	struct kt_tensor d_ids = kt_rows(e->d_ids, 0, n_tokens);
-	struct kt_batch b = {
-		.n_tokens = n_tokens,
-		.block_size = e->kv.block_size,
-		.max_kv_len = max_kv,
-		.pos = kt_rows(e->d_pos, 0, n_tokens),
-		.seq = kt_rows(e->d_seq, 0, n_tokens),
-		.block_tables = e->d_tables,
+	struct forward_args f = {
+		.model = e->model, .kv = &e->kv,
+		.b = { .block_size = e->kv.block_size, .block_tables = e->d_tables },
 	};
-	struct kt_tensor d_rows = kt_rows(e->d_out_rows, 0, n_out);
-	struct kt_tensor logits = kt_rows(e->d_logits, 0, n_out);
-	if ((rc = upload_i32(e, &d_ids, ids, n_tokens)) ||
-	    (rc = upload_i32(e, &b.pos, pos, n_tokens)) ||
-	    (rc = upload_i32(e, &b.seq, seqslot, n_tokens)) ||
-	    (rc = upload_i32(e, &d_rows, out_rows, n_out)))
+	describe(e, pos, seqslot, n_tokens, &f.b);
+	bool graph = e->graphs && f.b.n_single == n_tokens && n_out == n_tokens;
+	for (int i = 0; graph && i < n_out; i++)
+		graph = out_rows[i] == i;
+	if (graph) {
+		int padded = graph_batch(e, n_tokens);
+		for (int i = n_tokens; i < padded; i++) {
+			ids[i] = 0;
+			pos[i] = 0;
+			seqslot[i] = pad_slot(e);
+			out_rows[i] = i;
+		}
+		n_tokens = n_out = f.b.n_single = padded;
+		max_kv = graph_kv(e, max_kv);
+	}
+	f.b.n_tokens = n_tokens;
+	f.b.max_kv_len = max_kv;
+	f.b.pos = kt_rows(e->d_pos, 0, n_tokens);
+	f.b.seq = kt_rows(e->d_seq, 0, n_tokens);
+	f.ids = kt_rows(e->d_ids, 0, n_tokens);
+	f.out_rows = kt_rows(e->d_out_rows, 0, n_out);
+	f.logits = kt_rows(e->d_logits, 0, n_out);
+	if ((rc = upload_i32(e, &f.ids, ids, n_tokens)) ||
+	    (rc = upload_i32(e, &f.b.pos, pos, n_tokens)) ||
+	    (rc = upload_i32(e, &f.b.seq, seqslot, n_tokens)) ||
+	    (rc = upload_i32(e, &f.out_rows, out_rows, n_out)))
 		return rc;
-	return model_forward(e->model, &d_ids, &b, e->kv.k, e->kv.v, &d_rows, &logits);
+	if (graph)
+		return kt_graph(e->be, (uint64_t)n_tokens << 32 | (uint64_t)max_kv, record_forward,
+				&f);
+	return record_forward(&f);
 }
 
 int step_run(struct atlas_engine *e, char *err, size_t errlen)

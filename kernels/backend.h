@@ -62,15 +62,31 @@ static inline struct kt_tensor kt_reshape(struct kt_tensor t, int64_t rows, int6
 	return t;
 }
 
+/* Rows [row, row + n_rows) of a step: positions pos0, pos0 + 1, ... of the
+ * sequence in slot seq (a prompt chunk). */
+struct kt_segment {
+	int32_t row, n_rows, pos0, seq;
+};
+
 /* Step metadata for kv_store and attention. The tensors live in backend
- * memory and are filled by the engine with kt_upload() before the step. */
+ * memory and are filled by the engine with kt_upload() before the step.
+ *
+ * The step's shape is also given on the host so that a backend can pick a
+ * kernel per part without reading device memory: rows [0, n_single) are each
+ * the only token of their sequence (decode rows), and the segments cover the
+ * rows n_single..n_tokens-1 exactly, in order. A step replayed from a CUDA
+ * graph (kt_graph) has only decode rows, and max_kv_len is then the bound of
+ * the graph's bucket: kernels must be correct for any true length below it. */
 struct kt_batch {
 	int n_tokens;                  /* T: tokens in this step */
 	int block_size;                /* KV rows per block */
-	int max_kv_len;                /* max over tokens of pos + 1 (a hint for work splitting) */
+	int max_kv_len;                /* an upper bound on pos + 1 over the tokens */
 	struct kt_tensor pos;          /* [T, 1] i32: position of each token in its sequence */
 	struct kt_tensor seq;          /* [T, 1] i32: sequence slot of each token (row of block_tables) */
 	struct kt_tensor block_tables; /* [max_seqs, max_blocks_per_seq] i32: device block ids per slot */
+	int n_single;                  /* decode rows, first in the step */
+	int n_segments;
+	const struct kt_segment *segments; /* [n_segments] host memory, owned by the caller */
 };
 
 /* Per-row sampling request. temperature 0 means greedy (argmax, lowest id on ties). */
@@ -87,6 +103,7 @@ struct kt_device_info {
 	uint64_t memory_total;   /* bytes of device memory (cpu: physical RAM) */
 	uint64_t memory_free;    /* at open */
 	enum kt_dtype kv_dtype;  /* dtype the backend wants for the KV cache */
+	bool graphs;             /* kt_graph records and replays (else it only runs record) */
 };
 
 struct kt_config {
@@ -130,9 +147,12 @@ struct kt_ops {
 		      const struct kt_tensor *w, const struct kt_tensor *bias);
 	/* Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face) pairing:
 	 * (x[i], x[i + D/2]) rotated by pos[t] * inv_freq[i], angle in f32.
+	 * If norm_w: each head's D values are first RMS-normalised as rmsnorm
+	 * does (eps) and scaled by norm_w [1, D] (Qwen3's q_norm and k_norm).
 	 * x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32. */
 	int (*rope)(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
-		    const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+		    const struct kt_tensor *inv_freq, int n_heads, int head_dim,
+		    const struct kt_tensor *norm_w, float eps);
 	/* Write each token's k and v rows into the paged caches (see the top of this file).
 	 * kcache, vcache [n_blocks * block_size, n_kv * D]; k, v [T, n_kv * D] f32. */
 	int (*kv_store)(struct kt_backend *be, const struct kt_tensor *kcache,
@@ -158,6 +178,18 @@ struct kt_ops {
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
 	int (*sample)(struct kt_backend *be, const struct kt_tensor *logits,
 		      const struct kt_sample_row *rows, int n, int32_t *ids);
+
+	/* Run record(ctx), which enqueues ops, as the graph called key: the
+	 * first call records the ops into a graph and replays it, later calls
+	 * with the same key only replay it (record is not called). The ops
+	 * must then touch the same tensors with the same shapes every time;
+	 * only the contents of device memory may change. A backend without
+	 * graphs (cpu) calls record every time. */
+	int (*graph)(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), void *ctx);
+	/* dst = src, byte for byte (same size, any dtypes; they must not overlap). */
+	int (*copy)(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *src);
+	/* Bytes of device memory free now and in total (cpu: available and physical RAM). */
+	int (*memory)(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 };
 
 struct kt_backend {
@@ -197,7 +229,8 @@ static inline int kt_matmul(struct kt_backend *be, const struct kt_tensor *y,
 			    const struct kt_tensor *bias) { return KT_OP(matmul, y, x, w, bias); }
 static inline int kt_rope(struct kt_backend *be, const struct kt_tensor *x,
 			  const struct kt_tensor *pos, const struct kt_tensor *inv_freq, int n_heads,
-			  int head_dim) { return KT_OP(rope, x, pos, inv_freq, n_heads, head_dim); }
+			  int head_dim, const struct kt_tensor *norm_w, float eps)
+{ return KT_OP(rope, x, pos, inv_freq, n_heads, head_dim, norm_w, eps); }
 static inline int kt_kv_store(struct kt_backend *be, const struct kt_tensor *kc,
 			      const struct kt_tensor *vc, const struct kt_tensor *k,
 			      const struct kt_tensor *v, const struct kt_batch *b)
@@ -218,6 +251,12 @@ static inline int kt_gather_rows(struct kt_backend *be, const struct kt_tensor *
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }
+static inline int kt_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx),
+			   void *ctx) { return KT_OP(graph, key, record, ctx); }
+static inline int kt_copy(struct kt_backend *be, const struct kt_tensor *dst,
+			  const struct kt_tensor *src) { return KT_OP(copy, dst, src); }
+static inline int kt_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{ return KT_OP(memory, free_bytes, total_bytes); }
 #undef KT_OP
 
 #endif

@@ -24,8 +24,8 @@ int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_k
 				  "kv_memory: %llu bytes hold no KV block (one block needs %llu bytes)",
 				  (unsigned long long)budget_bytes,
 				  (unsigned long long)p->bytes_per_block);
-	if (n > INT32_MAX / (uint64_t)block_size)
-		n = INT32_MAX / (uint64_t)block_size;
+	if (n > INT32_MAX / (uint64_t)block_size - 1)
+		n = INT32_MAX / (uint64_t)block_size - 1;
 	p->n_blocks = (int)n;
 
 	p->k = calloc((size_t)n_layers, sizeof *p->k);
@@ -37,7 +37,10 @@ int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_k
 		return atlas_errf(err, errlen, -ENOMEM, "kv: out of host memory for %d blocks",
 				  p->n_blocks);
 	}
-	int64_t rows = (int64_t)p->n_blocks * block_size;
+	/* One more block than the budget holds: the pad block, which padding
+	 * rows of graphed steps write to and which no sequence ever gets. */
+	p->pad_block = p->n_blocks;
+	int64_t rows = ((int64_t)p->n_blocks + 1) * block_size;
 	for (int l = 0; l < n_layers; l++) {
 		int rc = kt_alloc(be, dt, rows, p->row_cols, &p->k[l]);
 		if (rc == 0)

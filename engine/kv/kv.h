@@ -37,8 +37,9 @@ struct kv_pool {
 	int n_layers;
 	int block_size;             /* positions per block */
 	int row_cols;               /* n_kv_heads * head_dim */
-	int n_blocks;               /* HBM blocks */
-	struct kt_tensor *k, *v;    /* [n_layers], each [n_blocks * block_size, row_cols]; owned */
+	int n_blocks;               /* HBM blocks handed to sequences */
+	int pad_block;              /* n_blocks: one more block, the target of padding rows */
+	struct kt_tensor *k, *v;    /* [n_layers], each [(n_blocks + 1) * block_size, row_cols]; owned */
 	uint16_t *refs;             /* [n_blocks]: sequences holding each block, 0 = free */
 	int32_t *free_ids;          /* [n_blocks]: stack of free block indices */
 	int n_free;

@@ -6,7 +6,7 @@
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)
  *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)
- *               q, k = rmsnorm per head (Qwen3), then rotary
+ *               q, k = rotary (after an rmsnorm per head in Qwen3)
  *               store k, v in the paged cache; att = attention(q, cache)
  *               proj = att · Woᵀ
  *               xn = rmsnorm(x += proj)
@@ -88,6 +88,23 @@ void dense_free_scratch(struct model *m)
 			kt_free(m->be, all[i]);
 }
 
+/* y = x · wᵀ (+ bias) over the step's rows, the decode rows apart from the
+ * prompt rows: a backend picks its kernel by row count (a bandwidth-bound
+ * one for a few rows), so this keeps a decode row's arithmetic the same
+ * whether or not prompt chunks share its step, and its tokens with it. */
+static int project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
+		   const struct kt_tensor *x, const struct kt_tensor *w,
+		   const struct kt_tensor *bias)
+{
+	const int64_t T = x->rows, d = b->n_single;
+	if (d <= 0 || d >= T)
+		return kt_matmul(be, y, x, w, bias);
+	const struct kt_tensor y0 = kt_rows(*y, 0, d), x0 = kt_rows(*x, 0, d);
+	const struct kt_tensor y1 = kt_rows(*y, d, T - d), x1 = kt_rows(*x, d, T - d);
+	TRY(kt_matmul(be, &y0, &x0, w, bias));
+	return kt_matmul(be, &y1, &x1, w, bias);
+}
+
 /* Attention block of layer l: q, k, v from xn, into the cache, out to proj. */
 static int attention_block(struct model *m, int l, const struct kt_batch *b,
 			   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
@@ -99,37 +116,33 @@ static int attention_block(struct model *m, int l, const struct kt_batch *b,
 	const int T = b->n_tokens, hq = c->n_heads, hkv = c->n_kv_heads, d = c->head_dim;
 	const struct kt_tensor q = kt_rows(m->s.q, 0, T), k = kt_rows(m->s.k, 0, T);
 	const struct kt_tensor v = kt_rows(m->s.v, 0, T), att = kt_rows(m->s.att, 0, T);
-	/* The same rows seen one head per row, for the per-head norms. */
-	const struct kt_tensor q_heads = kt_reshape(q, (int64_t)T * hq, d);
-	const struct kt_tensor k_heads = kt_reshape(k, (int64_t)T * hkv, d);
 
-	TRY(kt_matmul(be, &q, xn, &w->wq, opt(&w->bq)));
-	TRY(kt_matmul(be, &k, xn, &w->wk, opt(&w->bk)));
-	TRY(kt_matmul(be, &v, xn, &w->wv, opt(&w->bv)));
-	if (c->qk_norm) {
-		TRY(kt_rmsnorm(be, &q_heads, &q_heads, NULL, &w->q_norm, c->rms_norm_eps));
-		TRY(kt_rmsnorm(be, &k_heads, &k_heads, NULL, &w->k_norm, c->rms_norm_eps));
-	}
-	TRY(kt_rope(be, &q, &b->pos, &m->s.inv_freq, hq, d));
-	TRY(kt_rope(be, &k, &b->pos, &m->s.inv_freq, hkv, d));
+	TRY(project(be, b, &q, xn, &w->wq, opt(&w->bq)));
+	TRY(project(be, b, &k, xn, &w->wk, opt(&w->bk)));
+	TRY(project(be, b, &v, xn, &w->wv, opt(&w->bv)));
+	TRY(kt_rope(be, &q, &b->pos, &m->s.inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
+		    c->rms_norm_eps));
+	TRY(kt_rope(be, &k, &b->pos, &m->s.inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
+		    c->rms_norm_eps));
 	TRY(kt_kv_store(be, kcache, vcache, &k, &v, b));
 	TRY(kt_attention(be, &att, &q, kcache, vcache, b, hq, hkv, d, 1.0f / sqrtf((float)d)));
-	TRY(kt_matmul(be, proj, &att, &w->wo, opt(&w->bo)));
+	TRY(project(be, b, proj, &att, &w->wo, opt(&w->bo)));
 	return 0;
 }
 
 /* MLP block of layer l: SwiGLU of xn, out to proj. */
-static int mlp_block(struct model *m, int l, int T, const struct kt_tensor *xn,
-		     const struct kt_tensor *proj)
+static int mlp_block(struct model *m, int l, const struct kt_batch *b,
+		     const struct kt_tensor *xn, const struct kt_tensor *proj)
 {
 	const struct layer_weights *w = &m->layers[l];
 	struct kt_backend *be = m->be;
+	const int T = b->n_tokens;
 	const struct kt_tensor gate = kt_rows(m->s.gate, 0, T), up = kt_rows(m->s.up, 0, T);
 
-	TRY(kt_matmul(be, &gate, xn, &w->w_gate, opt(&w->b_gate)));
-	TRY(kt_matmul(be, &up, xn, &w->w_up, opt(&w->b_up)));
+	TRY(project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
+	TRY(project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
 	TRY(kt_swiglu(be, &gate, &gate, &up));
-	TRY(kt_matmul(be, proj, &gate, &w->w_down, opt(&w->b_down)));
+	TRY(project(be, b, proj, &gate, &w->w_down, opt(&w->b_down)));
 	return 0;
 }
 
@@ -157,7 +170,7 @@ int dense_forward(struct model *m, const struct kt_tensor *ids, const struct kt_
 		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &m->layers[l].attn_norm, eps));
 		TRY(attention_block(m, l, b, &kcache[l], &vcache[l], &xn, &proj));
 		TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->layers[l].ffn_norm, eps));
-		TRY(mlp_block(m, l, T, &xn, &proj));
+		TRY(mlp_block(m, l, b, &xn, &proj));
 	}
 	TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->final_norm, eps));
 	if (n_out == 0)

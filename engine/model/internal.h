@@ -78,7 +78,10 @@ struct scratch {
 struct model {
 	struct model_config cfg;
 	struct kt_backend *be;          /* not owned */
-	struct st_set *st;              /* weight files, mapped while the model lives */
+	struct st_set *st;              /* weight files, mapped while the model lives; NULL for
+					 * dummy weights */
+	uint16_t *dummy;                /* [dummy_n] random bf16 values while dummy weights load */
+	size_t dummy_n;
 	struct kt_tensor embed;         /* [V, E] */
 	struct kt_tensor final_norm;    /* [1, E] */
 	struct kt_tensor lm_head;       /* [V, E]; a copy of embed's handle when tied */

@@ -8,8 +8,9 @@
 #include "common/err.h"
 #include "common/log.h"
 
-int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
-	       struct model **out, char *err, size_t errlen)
+/* Load from dir, or make dummy weights of the shape dir names (dummy). */
+static int load(const char *dir, bool dummy, struct kt_backend *be, int max_tokens,
+		int max_out, struct model **out, char *err, size_t errlen)
 {
 	struct model *m;
 	int rc;
@@ -23,18 +24,33 @@ int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_o
 	m->be = be;
 	m->max_tokens = max_tokens;
 	m->max_out = max_out;
-	if ((rc = model_config_load(dir, &m->cfg, err, errlen)) ||
-	    (rc = st_open_dir(dir, &m->st, err, errlen)) ||
-	    (rc = model_bind_weights(m, err, errlen)) ||
+	if (dummy)
+		rc = model_shape_config(dir, &m->cfg, err, errlen);
+	else if (!(rc = model_config_load(dir, &m->cfg, err, errlen)))
+		rc = st_open_dir(dir, &m->st, err, errlen);
+	if (rc || (rc = model_bind_weights(m, err, errlen)) ||
 	    (rc = dense_alloc_scratch(m, err, errlen))) {
 		model_free(m);
 		return rc;
 	}
-	log_info("%s: %s, %d layers, %llu parameters (%s), %.1f MiB of weights on %s", dir,
+	log_info("%s: %s, %d layers, %llu parameters (%s%s), %.1f MiB of weights on %s", dir,
 		 m->cfg.architecture, m->cfg.n_layers, (unsigned long long)m->info.parameters,
-		 m->info.dtype, (double)m->info.device_bytes / (1 << 20), be->info.backend);
+		 m->info.dtype, dummy ? ", dummy" : "", (double)m->info.device_bytes / (1 << 20),
+		 be->info.backend);
 	*out = m;
 	return 0;
+}
+
+int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
+	       struct model **out, char *err, size_t errlen)
+{
+	return load(dir, false, be, max_tokens, max_out, out, err, errlen);
+}
+
+int model_load_dummy(const char *shape, struct kt_backend *be, int max_tokens, int max_out,
+		     struct model **out, char *err, size_t errlen)
+{
+	return load(shape, true, be, max_tokens, max_out, out, err, errlen);
 }
 
 void model_free(struct model *m)

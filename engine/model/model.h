@@ -60,6 +60,7 @@ struct model_info {
 	uint64_t parameters;            /* elements of all weights */
 	uint64_t file_bytes;            /* bytes of weight data in the files */
 	uint64_t device_bytes;          /* bytes the backend holds for weights */
+	uint64_t lookup_only_bytes;     /* of those, an untied input embedding: read by row only */
 	char dtype[16];                 /* dtype of the weights in the files */
 };
 
@@ -67,7 +68,16 @@ struct model_info {
  * max_out the most logits rows; scratch activations are sized for them here. */
 int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
 	       struct model **out, char *err, size_t errlen);
+/* The same for a known shape with random weights made on the backend
+ * (load_format = dummy): benchmarks without weight files. */
+int model_load_dummy(const char *shape, struct kt_backend *be, int max_tokens, int max_out,
+		     struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
+
+/* The configuration of a known shape ("qwen3-8b", shapes.c), and the list
+ * of names for messages and --list-shapes. */
+int model_shape_config(const char *name, struct model_config *cfg, char *err, size_t errlen);
+const char *model_shape_names(void);
 const struct model_config *model_get_config(const struct model *m);
 void model_get_info(const struct model *m, struct model_info *out);
 

@@ -42,11 +42,70 @@ static int check_shape(const struct st_tensor *t, int64_t rows, int64_t cols, ch
 			  t->file, t->name, got, want);
 }
 
+/* bf16 bit patterns of 1.0 (the norm weights of dummy models). */
+#define BF16_ONE 0x3f80
+
+/* Make m->dummy hold at least n random bf16 values, uniform in ±0.035 (a
+ * standard deviation near the 0.02 that models are initialised with), so
+ * that activations stay finite through any number of layers. */
+static int dummy_values(struct model *m, size_t n)
+{
+	if (n <= m->dummy_n)
+		return 0;
+	uint16_t *v = realloc(m->dummy, n * sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		float f = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f;
+		uint32_t bits;
+		memcpy(&bits, &f, sizeof bits);
+		v[i] = (uint16_t)(bits >> 16);
+	}
+	m->dummy = v;
+	m->dummy_n = n;
+	return 0;
+}
+
+/* A dummy model's tensor: norm weights 1, biases 0, matrices random. */
+static int bind_dummy(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
+		      int64_t cols, char *err, size_t errlen)
+{
+	const bool is_vector = rows == 0;
+	const size_t n = (size_t)(is_vector ? 1 : rows) * (size_t)cols;
+	int rc = dummy_values(m, n);
+
+	if (rc)
+		return atlas_errf(err, errlen, rc, "dummy %s [%lld, %lld]: out of host memory", name,
+				  (long long)rows, (long long)cols);
+	if (is_vector) {
+		uint16_t fill = strstr(name, "norm") ? BF16_ONE : 0;
+		for (size_t i = 0; i < n; i++)
+			m->dummy[i] = fill;
+	}
+	rc = kt_weight(m->be, KT_BF16, m->dummy, is_vector ? 1 : rows, cols, false, dst);
+	if (is_vector)
+		m->dummy_n = 0; /* the values were overwritten */
+	if (rc)
+		return atlas_errf(err, errlen, rc, "dummy %s [%lld, %lld]: backend: %s", name,
+				  (long long)rows, (long long)cols, strerror(-rc));
+	m->weights[m->n_weights++] = dst;
+	m->info.parameters += n;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
+}
+
 /* Find name, check it and upload it into *dst: a matrix [rows, cols], or
- * with rows == 0 a vector [cols], which the backend holds as [1, cols]. */
+ * with rows == 0 a vector [cols], which the backend holds as [1, cols].
+ * A dummy model (no files) makes the tensor instead. */
 static int bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
 		int64_t cols, char *err, size_t errlen)
 {
+	if (!m->st)
+		return bind_dummy(m, dst, name, rows, cols, err, errlen);
 	struct st_tensor *t = st_find(m->st, name);
 	int rc;
 
@@ -172,6 +231,15 @@ int model_bind_weights(struct model *m, char *err, size_t errlen)
 			    errlen)))
 		return rc;
 
+	if (!c->tie_word_embeddings)
+		m->info.lookup_only_bytes = kt_nbytes(&m->embed);
+	free(m->dummy);
+	m->dummy = NULL;
+	m->dummy_n = 0;
+	if (!m->st) {
+		snprintf(m->info.dtype, sizeof m->info.dtype, "BF16");
+		return 0;
+	}
 	for (int i = 0; i < m->st->n_tensors; i++)
 		if (!m->st->tensors[i].bound)
 			log_debug("%s: tensor %s: not used by %s, ignored", m->st->tensors[i].file,
@@ -186,6 +254,8 @@ void model_free_weights(struct model *m)
 		kt_free(m->be, m->weights[i]);
 	free(m->weights);
 	free(m->layers);
+	free(m->dummy);
+	m->dummy = NULL;
 	m->weights = NULL;
 	m->layers = NULL;
 	m->n_weights = 0;

@@ -87,6 +87,42 @@ static int cpu_synchronize(struct kt_backend *be)
 	return 0;
 }
 
+/* No graphs on the cpu: the ops run as they are enqueued. */
+static int cpu_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), void *ctx)
+{
+	(void)be;
+	(void)key;
+	return record(ctx);
+}
+
+static int cpu_copy(struct kt_backend *be, const struct kt_tensor *dst,
+		    const struct kt_tensor *src)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	const size_t n = kt_nbytes(src), part = 1 << 20;
+
+	if (!dst->data || !src->data || kt_nbytes(dst) != n || cpu_overlap(dst, src))
+		return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static)
+	for (size_t off = 0; off < n; off += part)
+		memcpy((char *)dst->data + off, (const char *)src->data + off,
+		       n - off < part ? n - off : part);
+	return 0;
+}
+
+static int cpu_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES);
+	long total = sysconf(_SC_PHYS_PAGES);
+
+	(void)be;
+	if (page <= 0 || avail < 0 || total <= 0)
+		return -EIO;
+	*free_bytes = (uint64_t)avail * (uint64_t)page;
+	*total_bytes = (uint64_t)total * (uint64_t)page;
+	return 0;
+}
+
 static const struct kt_ops cpu_ops = {
 	.close = cpu_close,
 	.alloc = cpu_alloc,
@@ -105,6 +141,9 @@ static const struct kt_ops cpu_ops = {
 	.add = cpu_add,
 	.gather_rows = cpu_gather_rows,
 	.sample = cpu_sample,
+	.graph = cpu_graph,
+	.copy = cpu_copy,
+	.memory = cpu_memory,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

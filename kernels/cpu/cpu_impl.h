@@ -106,7 +106,8 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 int cpu_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 		const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
 int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
-	     const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+	     const struct kt_tensor *inv_freq, int n_heads, int head_dim,
+	     const struct kt_tensor *norm_w, float eps);
 int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		 const struct kt_tensor *vcache, const struct kt_tensor *k,
 		 const struct kt_tensor *v, const struct kt_batch *b);

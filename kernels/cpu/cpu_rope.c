@@ -3,7 +3,12 @@
  * (float)pos * inv_freq[i], the product taken in f32 as Hugging Face does,
  * then cosf/sinf of that f32 angle.
  *
- * Layout: x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32.
+ * With norm_w, each head is first normalised exactly as cpu_rmsnorm does a
+ * row (sum of squares in double, then w * (x * 1/sqrtf(var + eps))), so the
+ * fused op equals rmsnorm followed by rope bit for bit.
+ *
+ * Layout: x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32,
+ * norm_w NULL or [1, D] f32.
  * The cos/sin of one token live in the worker's scratch and serve all heads.
  *
  * Threads: tokens are split over the OpenMP team.
@@ -13,8 +18,20 @@
 
 #include "kernels/cpu/cpu_impl.h"
 
+static void norm_head(float *x, const float *w, int D, float eps)
+{
+	double ss = 0.0;
+
+#pragma omp simd reduction(+ : ss)
+	for (int i = 0; i < D; i++)
+		ss += (double)x[i] * x[i];
+	float inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+	for (int i = 0; i < D; i++)
+		x[i] = w[i] * (x[i] * inv);
+}
+
 static void rope_token(float *x, int32_t pos, const float *inv_freq, int n_heads, int D,
-		       float *cs, float *sn)
+		       const float *norm_w, float eps, float *cs, float *sn)
 {
 	int half = D / 2;
 
@@ -27,6 +44,8 @@ static void rope_token(float *x, int32_t pos, const float *inv_freq, int n_heads
 	for (int h = 0; h < n_heads; h++) {
 		float *a = x + (int64_t)h * D, *b = a + half;
 
+		if (norm_w)
+			norm_head(a, norm_w, D, eps);
 		for (int i = 0; i < half; i++) {
 			float x0 = a[i], x1 = b[i];
 
@@ -37,7 +56,8 @@ static void rope_token(float *x, int32_t pos, const float *inv_freq, int n_heads
 }
 
 int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
-	     const struct kt_tensor *inv_freq, int n_heads, int head_dim)
+	     const struct kt_tensor *inv_freq, int n_heads, int head_dim,
+	     const struct kt_tensor *norm_w, float eps)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 	int64_t T;
@@ -51,6 +71,8 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 	if (x->cols != (int64_t)n_heads * head_dim || !cpu_shape(pos, KT_I32, T, 1) ||
 	    !cpu_shape(inv_freq, KT_F32, 1, head_dim / 2))
 		return -EINVAL;
+	if (norm_w && !cpu_shape(norm_w, KT_F32, 1, head_dim))
+		return -EINVAL;
 	p = pos->data;
 	for (int64_t t = 0; t < T; t++)
 		if (p[t] < 0)
@@ -60,7 +82,7 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 		struct cpu_scratch *s = cpu_scratch_self(cpu);
 
 		rope_token((float *)x->data + t * x->cols, p[t], inv_freq->data, n_heads, head_dim,
-			   s->cos, s->sin);
+			   norm_w ? norm_w->data : NULL, eps, s->cos, s->sin);
 	}
 	return 0;
 }

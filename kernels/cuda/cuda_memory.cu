@@ -175,6 +175,29 @@ int cuda_download(struct kt_backend *be, void *dst, const struct kt_tensor *src,
 	return cuda_sync_point(cu);
 }
 
+int cuda_copy(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *src)
+{
+	struct cuda_backend *cu = cu_of(be);
+
+	if (!dst->data || !src->data || kt_nbytes(dst) != kt_nbytes(src) || cu_overlap(dst, src))
+		return -EINVAL;
+	CU_CHECK(cu_enter(cu));
+	CU_CHECK(cudaMemcpyAsync(dst->data, src->data, kt_nbytes(src), cudaMemcpyDeviceToDevice,
+				 cu->stream));
+	return 0;
+}
+
+int cuda_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	size_t f = 0, t = 0;
+
+	CU_CHECK(cu_enter(cu_of(be)));
+	CU_CHECK(cudaMemGetInfo(&f, &t));
+	*free_bytes = f;
+	*total_bytes = t;
+	return 0;
+}
+
 int cuda_synchronize(struct kt_backend *be)
 {
 	CU_CHECK(cu_enter(cu_of(be)));

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Tests of the atlas command-line tool, run on the built binary:
 #
-#   cli_test.sh CASE ATLAS      CASE: help usage config tokenize generate logits
+#   cli_test.sh CASE ATLAS      CASE: help usage config tokenize generate logits bench
 #
 # Exits 0 (passed), 1 (failed) or 77 (skipped: an input is missing).
 set -u
@@ -85,6 +85,8 @@ case_usage() {
 	expect_error 2 bench --batch 1,x
 	expect_error 2 bench --gen-tokens 1
 	expect_error 2 bench extra
+	expect_error 2 bench --shape 8b
+	expect_error 2 bench --dummy-weights --context x
 	expect_error 2 config --defaults -o threads=1
 	expect_error 2 config -o threads=many
 	expect_error 2 config extra
@@ -96,6 +98,29 @@ case_usage() {
 	printf '[engine]\nthreads = 1\nmax_batch = 300\n' >"$tmp/bad.conf"
 	expect_error 1 config --config "$tmp/bad.conf"
 	grep -q "bad.conf:3: key 'max_batch'" "$tmp/err" || fail "no FILE:LINE: key in: $(cat "$tmp/err")"
+}
+
+# bench with dummy weights of the shipped model's shape: every row is there,
+# the CSV agrees with the table, and runs that cannot fit say so.
+case_bench() {
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \
+		--prompt-tokens 64,9000 --batch 1,3 --context 200 --context-batch 1,200 \
+		--gen-tokens 6 --csv-out "$tmp/bench.csv"
+	grep -q '^model .*atlas-tiny (Qwen3ForCausalLM, 8 layers' "$tmp/out" ||
+		fail "bench: no model line: $(cat "$tmp/out")"
+	grep -q '^bandwidth  *[0-9][0-9]* GB/s' "$tmp/out" || fail "bench: no bandwidth line"
+	grep -qE '^prefill +1 +64 +64 ' "$tmp/out" || fail "bench: no prefill row"
+	grep -qE '^prefill +1 +9000 +skipped: longer than the context' "$tmp/out" ||
+		fail "bench: a prompt over the context is not skipped"
+	grep -qE '^decode +3 +32 +15 .*%$' "$tmp/out" || fail "bench: no decode row of batch 3"
+	grep -qE '^decode +200 +200 +skipped: its KV does not fit' "$tmp/out" ||
+		fail "bench: a batch over the KV pool is not skipped"
+	[ "$(wc -l <"$tmp/bench.csv")" = 7 ] || fail "bench: CSV has not 7 lines: $(cat "$tmp/bench.csv")"
+	grep -qE '^decode,1,200,5,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+$' "$tmp/bench.csv" ||
+		fail "bench: no long-context decode CSV row: $(cat "$tmp/bench.csv")"
+	expect_error 1 bench --dummy-weights --shape 9b $quiet
+	grep -q "no shape called 'qwen3-9b' (known: qwen3-0.6b" "$tmp/err" ||
+		fail "bench: unknown shape message: $(cat "$tmp/err")"
 }
 
 case_config() {
@@ -177,7 +202,7 @@ case_logits() {
 }
 
 case "$case" in
-help | usage | config | tokenize | generate | logits) "case_$case" ;;
+help | usage | config | tokenize | generate | logits | bench) "case_$case" ;;
 *) fail "unknown case '$case'" ;;
 esac
 echo "ok: $case"

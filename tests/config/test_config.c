@@ -60,7 +60,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.chunk_size, 256);
 	assert_int_equal(c.context, 0);
 	assert_int_equal(c.kv_block_size, 16);
-	assert_true(c.kv_memory == 1ull << 30);
+	assert_true(c.kv_memory == 0);
 	assert_int_equal(c.sessions, 4);
 	assert_int_equal(c.max_sessions, 64);
 	assert_int_equal(c.mode, ATLAS_MODE_AUTO);
@@ -325,7 +325,7 @@ static void test_format_truncates(void **state)
 	assert_int_equal(strlen(small), sizeof small - 1);
 	assert_memory_equal(small, full, sizeof small - 1);
 	assert_non_null(strstr(full, "[engine]\nbackend = auto\n"));
-	assert_non_null(strstr(full, "kv_memory = 1G\n"));
+	assert_non_null(strstr(full, "kv_memory = 0\n"));
 	assert_null(strstr(full, "#"));
 	free(full);
 }

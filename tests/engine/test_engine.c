@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 
 static const char *model_dir;
+static bool graphs = true; /* cuda_graphs of the engines opened next */
 
 /* Waiting for turns: the notify callback broadcasts a condition variable. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,6 +52,7 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_me
 	c.threads = 2;
 	c.temperature = 0;
 	c.mode = ATLAS_MODE_RAW;
+	c.cuda_graphs = graphs;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
 	int rc = atlas_engine_open(&c, &e, err, sizeof err);
@@ -177,6 +179,27 @@ static void test_batched_equals_alone(void **state)
 	for (int i = 0; i < N_PROMPTS; i++)
 		assert_same(g[i], reference[i], "batch of 4 vs alone");
 	atlas_engine_close(e);
+}
+
+/* Decode steps replayed from CUDA graphs (padded to the graph's batch,
+ * crossing from the 256-position context bucket into the next) give the
+ * tokens of steps launched op by op. On cpu both are op by op. */
+static void test_graphs_on_and_off_agree(void **state)
+{
+	struct gen on[N_PROMPTS], off[N_PROMPTS];
+	struct atlas_engine *e = open_engine(8, 256, 64ull << 20);
+	run_batch(e, on, 200);
+	atlas_engine_close(e);
+	graphs = false;
+	e = open_engine(8, 256, 64ull << 20);
+	run_batch(e, off, 200);
+	atlas_engine_close(e);
+	graphs = true;
+	for (int i = 0; i < N_PROMPTS; i++) {
+		assert_same(on[i], off[i], "graphs on vs off");
+		free(on[i].ids);
+		free(off[i].ids);
+	}
 }
 
 static void test_chunk_sizes_agree(void **state)
@@ -418,6 +441,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_batch_of_one_is_the_reference),
 		cmocka_unit_test(test_batched_equals_alone),
+		cmocka_unit_test(test_graphs_on_and_off_agree),
 		cmocka_unit_test(test_chunk_sizes_agree),
 		cmocka_unit_test(test_preemption_recomputes_the_same),
 		cmocka_unit_test(test_logits_independent_of_chunking),

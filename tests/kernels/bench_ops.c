@@ -106,7 +106,7 @@ static void report(const char *op, const char *shape, struct job *j, int reps, d
 
 static int run_matmul(struct job *j) { return kt_matmul(be, &j->a, &j->b, &j->c, NULL); }
 static int run_rmsnorm(struct job *j) { return kt_rmsnorm(be, &j->a, &j->b, &j->c, &j->d, 1e-6f); }
-static int run_rope(struct job *j) { return kt_rope(be, &j->a, &j->b, &j->c, j->n_heads, j->D); }
+static int run_rope(struct job *j) { return kt_rope(be, &j->a, &j->b, &j->c, j->n_heads, j->D, NULL, 0.0f); }
 static int run_swiglu(struct job *j) { return kt_swiglu(be, &j->a, &j->b, &j->c); }
 static int run_add(struct job *j) { return kt_add(be, &j->a, &j->b); }
 static int run_embed(struct job *j) { return kt_embed(be, &j->a, &j->b, &j->c); }

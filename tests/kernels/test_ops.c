@@ -349,7 +349,7 @@ static void rope_case(struct kt_backend *be, int T, int n_heads, int D, double b
 	xt = tu_tensor(be, KT_F32, T, C, x);
 	pt = tu_tensor(be, KT_I32, T, 1, pos);
 	it = tu_tensor(be, KT_F32, 1, half, inv);
-	assert_int_equal(kt_rope(be, &xt, &pt, &it, n_heads, D), 0);
+	assert_int_equal(kt_rope(be, &xt, &pt, &it, n_heads, D, NULL, 0.0f), 0);
 	for (int t = 0; t < T; t++) {
 		for (int h = 0; h < n_heads; h++) {
 			const float *a = x + t * C + h * D, *b = a + half;
@@ -382,6 +382,44 @@ static void rope_case(struct kt_backend *be, int T, int n_heads, int D, double b
 	free(pos);
 }
 
+/* rope with norm_w is rmsnorm of each head followed by rope, bit for bit. */
+static void rope_norm_case(struct kt_backend *be, int T, int n_heads, int D)
+{
+	int C = n_heads * D, half = D / 2;
+	float *x = fvec((size_t)T * C), *w = fvec(D), *inv = fvec(half);
+	float *fused = fvec((size_t)T * C), *apart = fvec((size_t)T * C);
+	int32_t *pos = malloc(T * sizeof(int32_t));
+
+	tu_fill(x, (size_t)T * C, 3.0f);
+	tu_fill(w, D, 1.5f);
+	for (int i = 0; i < half; i++)
+		inv[i] = (float)(1.0 / pow(1000000.0, 2.0 * i / D));
+	for (int t = 0; t < T; t++)
+		pos[t] = tu_randint(4096);
+	struct kt_tensor a = tu_tensor(be, KT_F32, T, C, x), b = tu_tensor(be, KT_F32, T, C, x);
+	struct kt_tensor pt = tu_tensor(be, KT_I32, T, 1, pos), it = tu_tensor(be, KT_F32, 1, half, inv);
+	struct kt_tensor wt = tu_tensor(be, KT_F32, 1, D, w);
+	struct kt_tensor b_heads = kt_reshape(b, (int64_t)T * n_heads, D);
+
+	assert_int_equal(kt_rope(be, &a, &pt, &it, n_heads, D, &wt, 1e-6f), 0);
+	assert_int_equal(kt_rmsnorm(be, &b_heads, &b_heads, NULL, &wt, 1e-6f), 0);
+	assert_int_equal(kt_rope(be, &b, &pt, &it, n_heads, D, NULL, 0.0f), 0);
+	tu_get(be, &a, fused);
+	tu_get(be, &b, apart);
+	assert_memory_equal(fused, apart, (size_t)T * C * sizeof(float));
+	kt_free(be, &a);
+	kt_free(be, &b);
+	kt_free(be, &pt);
+	kt_free(be, &it);
+	kt_free(be, &wt);
+	free(x);
+	free(w);
+	free(inv);
+	free(fused);
+	free(apart);
+	free(pos);
+}
+
 static void test_rope(void **state)
 {
 	struct kt_backend *be = *state;
@@ -393,17 +431,19 @@ static void test_rope(void **state)
 	rope_case(be, 6, 4, 128, 1000000.0, 40000);
 	rope_case(be, 5, 3, 72, 10000.0, 100000);
 	rope_case(be, 300, 2, 64, 1000000.0, 8191);
+	rope_norm_case(be, 7, 4, 128);
+	rope_norm_case(be, 3, 2, 64);
 
 	x = tu_tensor(be, KT_F32, 2, 2 * 64, NULL);
 	p = tu_tensor(be, KT_I32, 2, 1, pos);
 	inv = tu_tensor(be, KT_F32, 1, 32, NULL);
-	assert_int_equal(kt_rope(be, &x, &p, &inv, 2, 64), -EINVAL);
+	assert_int_equal(kt_rope(be, &x, &p, &inv, 2, 64, NULL, 0.0f), -EINVAL);
 	assert_untouched(be, &x);
 	pos[1] = 3;
 	assert_int_equal(kt_upload(be, &p, 0, pos, sizeof pos), 0);
-	assert_int_equal(kt_rope(be, &x, &p, &inv, 4, 32), -EINVAL);
-	assert_int_equal(kt_rope(be, &x, &p, &inv, 2, 63), -EINVAL);
-	assert_int_equal(kt_rope(be, &x, &p, &inv, 1, 128), -EINVAL);
+	assert_int_equal(kt_rope(be, &x, &p, &inv, 4, 32, NULL, 0.0f), -EINVAL);
+	assert_int_equal(kt_rope(be, &x, &p, &inv, 2, 63, NULL, 0.0f), -EINVAL);
+	assert_int_equal(kt_rope(be, &x, &p, &inv, 1, 128, NULL, 0.0f), -EINVAL);
 	assert_untouched(be, &x);
 	kt_free(be, &x);
 	kt_free(be, &p);

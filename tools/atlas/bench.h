@@ -1,0 +1,43 @@
+/* atlas bench: shared between the runs (bench.c) and the report and the
+ * bandwidth measurement (bench_report.c). */
+#ifndef ATLAS_TOOLS_BENCH_H
+#define ATLAS_TOOLS_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "engine/engine.h"
+
+/* One line of the report. */
+struct bench_result {
+	const char *test;       /* "prefill" or "decode" */
+	int batch;              /* sessions at once */
+	int context;            /* prefill: prompt tokens; decode: context when decoding starts */
+	uint64_t tokens;        /* prompt tokens prefilled, or tokens generated */
+	double seconds;
+	bool skipped;           /* not run: why */
+	const char *why;
+};
+
+/* What a decode step reads, for the bound: weights once per step and each
+ * sequence's KV (engine stats), at the measured copy bandwidth. */
+struct bench_bound {
+	double bandwidth;               /* bytes/s, device copy (read + write), 0 = unknown */
+	uint64_t step_weight_bytes;
+	uint64_t kv_bytes_per_token;
+};
+
+/* Device copy bandwidth of the backend c names, in bytes/s counting bytes
+ * read and written (2 x size per copy), as STREAM's copy does. */
+int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
+			 size_t errlen);
+
+/* The report goes to table and/or csv (either may be NULL). */
+void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound, FILE *table,
+			FILE *csv);
+void bench_print_result(const struct bench_result *r, const struct bench_bound *bound,
+			int gen_tokens, FILE *table, FILE *csv);
+
+#endif

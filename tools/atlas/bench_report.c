@@ -1,0 +1,128 @@
+/* atlas bench: the copy bandwidth of the device and the report, a table or
+ * CSV with, for decode, the bytes read per token and the share of the
+ * bandwidth bound reached.
+ *
+ * The bound of a decode step of B sequences at context L: the step reads
+ * every weight once (an untied input embedding only by row) and each
+ * sequence's K and V, so bytes/token = (W + B * L * kv) / B and the bound is
+ * bandwidth / (bytes/token) tokens per second. L is the context in the middle
+ * of the measured tokens. The bandwidth is that of a device-to-device copy,
+ * bytes read plus bytes written: the rate at which kernels can stream data.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "kernels/backend.h"
+#include "tools/atlas/bench.h"
+
+/* The copy: big enough to leave every cache behind, small enough to fit
+ * next to nothing else (the engine is not open yet). */
+#define COPY_BYTES_CUDA ((int64_t)1 << 30)
+#define COPY_BYTES_CPU ((int64_t)256 << 20)
+#define COPY_REPS 10
+
+static int timed_copies(struct kt_backend *be, int64_t bytes, double *bw)
+{
+	struct kt_tensor a = { 0 }, b = { 0 };
+	int rc = kt_alloc(be, KT_I32, bytes / 4, 1, &a);
+	if (!rc)
+		rc = kt_alloc(be, KT_I32, bytes / 4, 1, &b);
+	/* One copy first, so that first-touch costs are not timed. */
+	if (!rc && !(rc = kt_copy(be, &b, &a)) && !(rc = kt_synchronize(be))) {
+		double t0 = atlas_now_s();
+		for (int i = 0; i < COPY_REPS && !rc; i++)
+			rc = kt_copy(be, i % 2 ? &a : &b, i % 2 ? &b : &a);
+		if (!rc && !(rc = kt_synchronize(be)))
+			*bw = 2.0 * (double)bytes * COPY_REPS / (atlas_now_s() - t0);
+	}
+	if (a.data)
+		kt_free(be, &a);
+	if (b.data)
+		kt_free(be, &b);
+	return rc;
+}
+
+int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
+			 size_t errlen)
+{
+	struct kt_config kc = { .backend = c->backend, .threads = c->threads, .device = c->device,
+				.max_tokens = 1, .max_seqs = 1, .max_context = 1, .max_heads = 1,
+				.max_head_dim = 2 };
+	struct kt_backend *be;
+	int rc = kt_backend_open(&kc, &be, err, errlen);
+	if (rc)
+		return rc;
+	bool cuda = !strcmp(be->info.backend, "cuda");
+	rc = timed_copies(be, cuda ? COPY_BYTES_CUDA : COPY_BYTES_CPU, bytes_per_s);
+	kt_backend_close(be);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "copy bandwidth: %s", strerror(-rc));
+	return 0;
+}
+
+void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound, FILE *table,
+			FILE *csv)
+{
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	if (csv)
+		fprintf(csv, "test,batch,context,tokens,seconds,tokens_per_s,bytes_per_token,"
+			"bound_tokens_per_s,percent_of_bound\n");
+	if (table && st && !atlas_engine_stats(e, st)) {
+		fprintf(table, "model      %s (%s, %d layers, %.2fB parameters %s)\n", st->model,
+			st->architecture, st->layers, (double)st->parameters / 1e9, st->dtype);
+		fprintf(table, "backend    %s on %s\n", st->backend, st->device);
+		fprintf(table, "memory     weights %.2f GiB (a decode step reads %.2f GiB), KV pool "
+			"%.2f GiB, %llu bytes per token\n", (double)st->weights_bytes / (1 << 30),
+			(double)st->step_weight_bytes / (1 << 30), (double)st->kv_bytes / (1 << 30),
+			(unsigned long long)st->kv_bytes_per_token);
+		fprintf(table, "bandwidth  %.0f GB/s (device copy, read + write)\n\n",
+			bound->bandwidth / 1e9);
+		fprintf(table, "%-8s %6s %8s %8s %9s %11s %12s %11s %7s\n", "test", "batch",
+			"context", "tokens", "seconds", "tokens/s", "bytes/token", "bound/s", "%bound");
+	}
+	free(st);
+}
+
+void bench_print_result(const struct bench_result *r, const struct bench_bound *bound,
+			int gen_tokens, FILE *table, FILE *csv)
+{
+	if (r->skipped) {
+		if (csv)
+			fprintf(csv, "%s,%d,%d,,,,,,\n", r->test, r->batch, r->context);
+		if (table)
+			fprintf(table, "%-8s %6d %8d   skipped: %s\n", r->test, r->batch, r->context,
+				r->why);
+		return;
+	}
+	double rate = r->seconds > 0 ? (double)r->tokens / r->seconds : 0;
+	double per_token = 0, limit = 0;
+	if (!strcmp(r->test, "decode") && bound->bandwidth > 0) {
+		double mid = r->context + gen_tokens / 2.0;
+		per_token = ((double)bound->step_weight_bytes +
+			     r->batch * mid * (double)bound->kv_bytes_per_token) / r->batch;
+		limit = bound->bandwidth / per_token;
+	}
+	if (csv) {
+		fprintf(csv, "%s,%d,%d,%llu,%.6f,%.3f,", r->test, r->batch, r->context,
+			(unsigned long long)r->tokens, r->seconds, rate);
+		if (limit > 0)
+			fprintf(csv, "%.0f,%.3f,%.2f\n", per_token, limit, 100.0 * rate / limit);
+		else
+			fprintf(csv, ",,\n");
+		fflush(csv);
+	}
+	if (table) {
+		fprintf(table, "%-8s %6d %8d %8llu %9.3f %11.1f", r->test, r->batch, r->context,
+			(unsigned long long)r->tokens, r->seconds, rate);
+		if (limit > 0)
+			fprintf(table, " %11.1fM %11.1f %6.1f%%\n", per_token / 1e6, limit,
+				100.0 * rate / limit);
+		else
+			fprintf(table, " %12s %11s %7s\n", "-", "-", "-");
+		fflush(table);
+	}
+}
