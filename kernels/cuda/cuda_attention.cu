@@ -1,70 +1,60 @@
 /* Paged KV cache: kv_store writes each token's k and v rows, attention reads
  * them back, both only through the block table (DESIGN §4.2).
  *
- * Layout: kcache, vcache [n_blocks * block_size, n_kv * D] f32; position p of
- * the sequence in slot s lives in row block_tables[s][p / bs] * bs + p % bs.
- * q, out [T, n_heads * D]; head h reads kv head h / (n_heads / n_kv).
+ * Layout: kcache, vcache [n_blocks * block_size, n_kv * D], bf16 (what the
+ * backend asks the engine for) or f32; position p of the sequence in slot s
+ * lives in row block_tables[s][p / bs] * bs + p % bs. q, out [T, n_heads * D]
+ * f32; head h reads kv head h / (n_heads / n_kv).
+ *
+ * kv_store: one block per token copies its k and v rows, rounding to bf16
+ * (nearest even) for a bf16 cache.
+ *
+ * attention picks kernels by the step's host-side shape (kt_batch):
+ *  - bf16 caches, head_dim 64 or 128: the decode rows [0, n_single) go to the
+ *    split-K decode kernel (cuda_attention_decode.cuh), whose launch depends
+ *    only on n_single and max_kv_len, so it can be captured in a graph; each
+ *    segment gets one launch of the prefill kernel
+ *    (cuda_attention_prefill.cuh). Both run on tensor cores with q and P
+ *    rounded to bf16 and f32 accumulation.
+ *  - anything else (f32 caches, other head_dim, a batch that gives no step
+ *    shape: n_single = n_segments = 0) runs the generic kernel over every
+ *    row (cuda_attention_generic.cuh), all in f32.
  * pos, seq and block_tables are device memory, so their values are checked
  * by the kernels (a bad one sets a fault bit, see cuda_impl.h): kv_store then
- * skips the token, attention writes NaN for it.
- *
- * kv_store launch: one block of CUDA_THREADS per token, copying its k and v
- * rows.
- *
- * attention launch: one block of ATT_WARPS warps per (token, head); q goes to
- * shared memory. The keys 0..pos[t] are split in tiles of 32, tile i going to
- * warp i % ATT_WARPS. In a tile, lane j scores key j (a whole dot product
- * over D, q broadcast from shared memory), the warp updates its online
- * softmax state (running max m, sum l, f32 accumulator acc with D/32 values
- * per lane) and adds the 32 value rows, lane d of the warp reading column d
- * (coalesced). At the end the warps' states are merged through shared
- * memory: out = Σ acc_w e^(m_w - M) / Σ l_w e^(m_w - M). Softmax uses expf
- * (not __expf). q is read whole before out is written, so out may be q.
+ * skips the token, attention writes NaN for it. Segment fields are host
+ * values and are checked here. out may be q.
  */
 #include <errno.h>
 #include <math.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_attention_decode.cuh"
+#include "kernels/cuda/cuda_attention_generic.cuh"
+#include "kernels/cuda/cuda_attention_prefill.cuh"
 #include "kernels/cuda/cuda_impl.h"
-#include "kernels/cuda/cuda_reduce.cuh"
 
-#define ATT_WARPS 4
+/* The prefill variants in use per head_dim: warps, ring depth, CTAs per SM,
+ * softmax step (dev/cuda/attention_prefill.cu measures the alternatives). */
+#define PREFILL_64 4, 2, 2, 64
+#define PREFILL_128 8, 2, 1, 64
 
-/* Where the rows of one step live, as the kernels see them. */
-struct paged_kv {
-	const int32_t *pos, *seq; /* [T] */
-	const int32_t *bt;        /* [bt_rows, bt_cols] */
-	int64_t bt_rows, bt_cols;
-	int64_t n_blocks;         /* cache rows / bs */
-	int64_t row_len;          /* cache cols: n_kv * D */
-	int bs;                   /* block_size */
-};
+/* Row-splits per head of the decode workspace: up to 64 splits for a lone
+ * row, 2 for 256 rows. */
+#define ATT_WS_ROWS 512
 
-/* Token t's sequence blocks, or NULL when its slot or position is out of
- * range (position at most max_pos). */
-__device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64_t t,
-						       int32_t max_pos)
+__device__ __forceinline__ float narrow_to(float v, float *)
 {
-	const int32_t p = kv.pos[t], s = kv.seq[t];
-
-	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
-		return NULL;
-	return kv.bt + (int64_t)s * kv.bt_cols;
+	return v;
 }
 
-/* Cache row of position p, or -1 when its block id is out of range. */
-__device__ __forceinline__ int64_t cache_row(const paged_kv &kv, const int32_t *blocks,
-					     int32_t p)
+__device__ __forceinline__ __nv_bfloat16 narrow_to(float v, __nv_bfloat16 *)
 {
-	const int32_t blk = blocks[p / kv.bs];
-
-	if (blk < 0 || blk >= kv.n_blocks)
-		return -1;
-	return (int64_t)blk * kv.bs + p % kv.bs;
+	return __float2bfloat16_rn(v);
 }
 
-__global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v,
-				paged_kv kv, unsigned *fault)
+template <typename CT>
+__global__ void kv_store_kernel(CT *kc, CT *vc, const float *k, const float *v, paged_kv kv,
+				unsigned *fault)
 {
 	const int64_t t = blockIdx.x;
 	const int32_t *blocks = token_blocks(kv, t, INT32_MAX);
@@ -76,141 +66,8 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
 		return;
 	}
 	for (int64_t c = threadIdx.x; c < kv.row_len; c += blockDim.x) {
-		kc[row * kv.row_len + c] = k[t * kv.row_len + c];
-		vc[row * kv.row_len + c] = v[t * kv.row_len + c];
-	}
-}
-
-struct att_args {
-	float *out;
-	const float *q, *kc, *vc;
-	paged_kv kv;
-	int n_heads, group, D; /* group = n_heads / n_kv_heads */
-	int max_context;
-	float scale;
-	bool vec4;             /* D % 4 == 0 and the caches are 16-byte aligned */
-	unsigned *fault;
-};
-
-__device__ __forceinline__ float dot_row(const float *qs, const float *k, int D, bool vec4)
-{
-	float s = 0.0f;
-
-	if (vec4) {
-		const float4 *q4 = (const float4 *)qs, *k4 = (const float4 *)k;
-
-		for (int i = 0; i < D / 4; i++) {
-			const float4 a = q4[i], b = __ldg(k4 + i);
-
-			s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-		}
-	} else {
-		for (int d = 0; d < D; d++)
-			s += qs[d] * __ldg(k + d);
-	}
-	return s;
-}
-
-/* One warp's online-softmax state: running max, sum and NPL output values per lane. */
-template <int NPL> struct att_state {
-	float m, l, acc[NPL];
-};
-
-/* Fold the tile of keys [base, base + 32) ∩ [0, n) into st. Sets *bad on a
- * block id out of range. */
-template <int NPL>
-__device__ __forceinline__ void att_tile(const att_args &a, const int32_t *blocks, int64_t koff,
-					 const float *qs, int base, int n, att_state<NPL> &st,
-					 int *bad)
-{
-	const int lane = threadIdx.x & 31, j = base + lane;
-	const int cnt = n - base < 32 ? n - base : 32;
-	int64_t row = j < n ? cache_row(a.kv, blocks, j) : -1;
-	float sc = -INFINITY, m_new, corr, pj;
-
-	if (j < n && row < 0)
-		*bad = 1;
-	if (row >= 0)
-		sc = dot_row(qs, a.kc + row * a.kv.row_len + koff, a.D, a.vec4) * a.scale;
-	m_new = fmaxf(st.m, warp_reduce(sc, op_max()));
-	if (m_new == -INFINITY)
-		return;
-	corr = st.m == -INFINITY ? 0.0f : expf(st.m - m_new);
-	pj = row >= 0 ? expf(sc - m_new) : 0.0f;
-	st.l = st.l * corr + warp_reduce(pj, op_sum());
-#pragma unroll
-	for (int i = 0; i < NPL; i++)
-		st.acc[i] *= corr;
-	for (int jj = 0; jj < cnt; jj++) {
-		const float w = __shfl_sync(FULL_WARP, pj, jj);
-		const int64_t r = __shfl_sync(FULL_WARP, row, jj);
-		const float *vr = a.vc + r * a.kv.row_len + koff;
-
-		if (w == 0.0f)
-			continue;
-#pragma unroll
-		for (int i = 0; i < NPL; i++)
-			if (lane + 32 * i < a.D)
-				st.acc[i] += w * __ldg(vr + lane + 32 * i);
-	}
-	st.m = m_new;
-}
-
-template <int NPL>
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(att_args a)
-{
-	__shared__ __align__(16) float qs[CUDA_MAX_HEAD_DIM];
-	__shared__ float part_acc[ATT_WARPS][CUDA_MAX_HEAD_DIM];
-	__shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
-	__shared__ int bad;
-	const int64_t t = blockIdx.x / a.n_heads, at = (int64_t)blockIdx.x * a.D;
-	const int h = blockIdx.x % a.n_heads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int64_t koff = (int64_t)(h / a.group) * a.D;
-	const int32_t *blocks = token_blocks(a.kv, t, a.max_context - 1);
-	att_state<NPL> st = { -INFINITY, 0.0f, {} };
-	float M = -INFINITY;
-
-	if (threadIdx.x == 0)
-		bad = !blocks;
-	for (int d = threadIdx.x; d < a.D; d += blockDim.x)
-		qs[d] = a.q[at + d];
-	__syncthreads();
-	if (blocks) {
-		const int n = a.kv.pos[t] + 1;
-
-		for (int base = warp * 32; base < n; base += ATT_WARPS * 32)
-			att_tile<NPL>(a, blocks, koff, qs, base, n, st, &bad);
-	}
-	if (lane == 0) {
-		part_m[warp] = st.m;
-		part_l[warp] = st.l;
-	}
-#pragma unroll
-	for (int i = 0; i < NPL; i++)
-		if (lane + 32 * i < a.D)
-			part_acc[warp][lane + 32 * i] = st.acc[i];
-	__syncthreads();
-	if (bad) {
-		for (int d = threadIdx.x; d < a.D; d += blockDim.x)
-			a.out[at + d] = __int_as_float(0x7fc00000);
-		if (threadIdx.x == 0)
-			atomicOr(a.fault, CUDA_FAULT_ATTENTION);
-		return;
-	}
-	for (int w = 0; w < ATT_WARPS; w++)
-		M = fmaxf(M, part_m[w]);
-	for (int d = threadIdx.x; d < a.D; d += blockDim.x) {
-		float L = 0.0f, o = 0.0f;
-
-		for (int w = 0; w < ATT_WARPS; w++) {
-			if (part_m[w] == -INFINITY)
-				continue;
-			const float f = expf(part_m[w] - M);
-
-			L += part_l[w] * f;
-			o += part_acc[w][d] * f;
-		}
-		a.out[at + d] = o / L;
+		kc[row * kv.row_len + c] = narrow_to(k[t * kv.row_len + c], kc);
+		vc[row * kv.row_len + c] = narrow_to(v[t * kv.row_len + c], vc);
 	}
 }
 
@@ -221,8 +78,9 @@ static int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T,
 {
 	if (!b || b->n_tokens != T || b->block_size <= 0 || T > INT32_MAX)
 		return -EINVAL;
-	if (!cu_valid(kc, KT_F32) || !cu_shape(vc, KT_F32, kc->rows, kc->cols) ||
-	    kc->rows % b->block_size || cu_overlap(kc, vc))
+	if (!kc || (kc->dtype != KT_F32 && kc->dtype != KT_BF16) || !cu_valid(kc, kc->dtype) ||
+	    !cu_shape(vc, kc->dtype, kc->rows, kc->cols) || kc->rows % b->block_size ||
+	    cu_overlap(kc, vc))
 		return -EINVAL;
 	if (!cu_shape(&b->pos, KT_I32, T, 1) || !cu_shape(&b->seq, KT_I32, T, 1) ||
 	    !cu_valid(&b->block_tables, KT_I32))
@@ -261,27 +119,153 @@ int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 	if (!T || !kv.row_len)
 		return 0;
 	CU_CHECK(cu_enter(cu));
-	kv_store_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
-		(float *)kcache->data, (float *)vcache->data, (const float *)k->data,
-		(const float *)v->data, kv, cu->fault);
+	if (kcache->dtype == KT_BF16)
+		kv_store_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
+			(__nv_bfloat16 *)kcache->data, (__nv_bfloat16 *)vcache->data,
+			(const float *)k->data, (const float *)v->data, kv, cu->fault);
+	else
+		kv_store_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)kcache->data, (float *)vcache->data, (const float *)k->data,
+			(const float *)v->data, kv, cu->fault);
 	CU_LAUNCHED();
 	return 0;
 }
 
-static void launch_attention(const att_args &a, unsigned blocks, cudaStream_t s)
+/* The step's host-side shape is consistent with T rows and the block table:
+ * 0, 1 when it gives no shape at all, or -EINVAL. */
+static int check_step_shape(const struct kt_batch *b, int64_t T, const paged_kv &kv,
+			    int max_context)
 {
-	const int npl = (a.D + 31) / 32;
+	int64_t row;
 
-	switch (npl) {
-	case 1: attention_kernel<1><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 2: attention_kernel<2><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 3: attention_kernel<3><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 4: attention_kernel<4><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 5: attention_kernel<5><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 6: attention_kernel<6><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	case 7: attention_kernel<7><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
-	default: attention_kernel<8><<<blocks, ATT_WARPS * 32, 0, s>>>(a); break;
+	if (b->n_single == 0 && b->n_segments == 0)
+		return 1;
+	if (b->n_single < 0 || b->n_single > T || b->n_segments < 0 ||
+	    (b->n_segments > 0 && !b->segments) || (b->n_single > 0 && b->max_kv_len < 1))
+		return -EINVAL;
+	row = b->n_single;
+	for (int i = 0; i < b->n_segments; i++) {
+		const struct kt_segment *g = &b->segments[i];
+		const int64_t last = (int64_t)g->pos0 + g->n_rows - 1;
+
+		if (g->row != row || g->n_rows <= 0 || g->n_rows > T - row || g->seq < 0 ||
+		    g->seq >= kv.bt_rows || g->pos0 < 0 || last >= max_context ||
+		    last / kv.bs >= kv.bt_cols)
+			return -EINVAL;
+		row += g->n_rows;
 	}
+	return row == T ? 0 : -EINVAL;
+}
+
+/* What every kernel of one attention call shares. */
+struct att_call {
+	struct cuda_backend *cu;
+	float *out;
+	const float *q;
+	const void *kc, *vc;
+	paged_kv kv;
+	int n_heads, n_kv, D;
+	float scale;
+};
+
+/* Every row by its device metadata; positions up to min(max_context,
+ * max_kv_len) - 1 (max_kv_len <= 0: no bound of its own). */
+static int run_generic(const att_call &c, int64_t T, enum kt_dtype dt, int max_kv_len)
+{
+	const int ctx = c.cu->max_context;
+	const int max_pos = (max_kv_len > 0 && max_kv_len < ctx ? max_kv_len : ctx) - 1;
+
+	if (dt == KT_BF16) {
+		gen_args<__nv_bfloat16> a = { c.out, c.q, (const __nv_bfloat16 *)c.kc,
+					      (const __nv_bfloat16 *)c.vc, c.kv, c.n_heads,
+					      c.n_heads / c.n_kv, c.D, max_pos, c.scale, false,
+					      c.cu->fault };
+
+		gen_launch(a, (unsigned)(T * c.n_heads), c.cu->stream);
+	} else {
+		gen_args<float> a = { c.out, c.q, (const float *)c.kc, (const float *)c.vc, c.kv,
+				      c.n_heads, c.n_heads / c.n_kv, c.D, max_pos, c.scale,
+				      false, c.cu->fault };
+
+		a.vec4 = c.D % 4 == 0 && (uintptr_t)c.kc % 16 == 0 && (uintptr_t)c.vc % 16 == 0;
+		gen_launch(a, (unsigned)(T * c.n_heads), c.cu->stream);
+	}
+	CU_LAUNCHED();
+	return 0;
+}
+
+template <int D> static int run_decode(const att_call &c, int rows, int max_kv_len)
+{
+	struct cuda_backend *cu = c.cu;
+	const int L = max_kv_len < cu->max_context ? max_kv_len : cu->max_context;
+	const int ws = c.n_heads <= cu->att_heads ? cu->att_ws_rows : 0;
+	const decode_plan p = decode_plan_make(rows, c.n_heads / c.n_kv, c.n_kv, L,
+					       D == 64 ? cu->att_slots64 : cu->att_slots128, ws,
+					       DEC_MIN_CHUNK);
+	decode_args a;
+
+	if (rows > 65535)
+		return -EINVAL;
+	a.out = c.out;
+	a.q = c.q;
+	a.kc = (const __nv_bfloat16 *)c.kc;
+	a.vc = (const __nv_bfloat16 *)c.vc;
+	a.kv = c.kv;
+	a.n_heads = c.n_heads;
+	a.group = c.n_heads / c.n_kv;
+	a.head_chunks = p.head_chunks;
+	a.max_pos = L - 1;
+	a.chunk = p.chunk;
+	a.splits = p.splits;
+	a.sl2 = c.scale * ATT_LOG2E;
+	a.part_o = cu->att_part_o;
+	a.part_ml = cu->att_part_ml;
+	a.count = cu->att_count;
+	a.fault = cu->fault;
+	decode_launch<D, DEC_STAGES>(a, rows, c.n_kv, cu->stream);
+	CU_LAUNCHED();
+	return 0;
+}
+
+static int run_segment(const att_call &c, const struct kt_segment *g)
+{
+	prefill_args a;
+
+	a.out = c.out;
+	a.q = c.q;
+	a.kc = (const __nv_bfloat16 *)c.kc;
+	a.vc = (const __nv_bfloat16 *)c.vc;
+	a.blocks = c.kv.bt + (int64_t)g->seq * c.kv.bt_cols;
+	a.kv = c.kv;
+	a.row0 = g->row;
+	a.n_rows = g->n_rows;
+	a.pos0 = g->pos0;
+	a.n_heads = c.n_heads;
+	a.group = c.n_heads / c.n_kv;
+	a.sl2 = c.scale * ATT_LOG2E;
+	a.fault = c.cu->fault;
+	if (c.D == 64) {
+		if (!prefill_tiles(a, prefill_cfg<64, PREFILL_64>::rows))
+			return -EINVAL;
+		prefill_launch<64, PREFILL_64>(a, c.n_kv, c.cu->stream);
+	} else {
+		if (!prefill_tiles(a, prefill_cfg<128, PREFILL_128>::rows))
+			return -EINVAL;
+		prefill_launch<128, PREFILL_128>(a, c.n_kv, c.cu->stream);
+	}
+	CU_LAUNCHED();
+	return 0;
+}
+
+template <int D> static int run_tensor_cores(const att_call &c, const struct kt_batch *b)
+{
+	int rc = 0;
+
+	if (b->n_single > 0)
+		rc = run_decode<D>(c, b->n_single, b->max_kv_len);
+	for (int i = 0; !rc && i < b->n_segments; i++)
+		rc = run_segment(c, &b->segments[i]);
+	return rc;
 }
 
 int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
@@ -290,9 +274,10 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 		   float scale)
 {
 	struct cuda_backend *cu = cu_of(be);
-	att_args a;
+	att_call c;
 	int64_t T;
-	int rc;
+	int rc, shape;
+	bool tc;
 
 	if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads || head_dim <= 0 ||
 	    head_dim > cu->max_head_dim || !isfinite(scale))
@@ -302,27 +287,70 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 	T = q->rows;
 	if (!cu_shape(out, KT_F32, T, q->cols) || (out->data != q->data && cu_overlap(out, q)))
 		return -EINVAL;
-	rc = paged_kv_init(&a.kv, b, T, kcache, vcache);
+	rc = paged_kv_init(&c.kv, b, T, kcache, vcache);
 	if (rc)
 		return rc;
-	if (a.kv.row_len != (int64_t)n_kv_heads * head_dim || cu_overlap(out, kcache) ||
+	if (c.kv.row_len != (int64_t)n_kv_heads * head_dim || cu_overlap(out, kcache) ||
 	    cu_overlap(out, vcache) || T * n_heads > INT32_MAX)
 		return -EINVAL;
+	shape = check_step_shape(b, T, c.kv, cu->max_context);
+	if (shape < 0)
+		return shape;
 	if (!T)
 		return 0;
-	a.out = (float *)out->data;
-	a.q = (const float *)q->data;
-	a.kc = (const float *)kcache->data;
-	a.vc = (const float *)vcache->data;
-	a.n_heads = n_heads;
-	a.group = n_heads / n_kv_heads;
-	a.D = head_dim;
-	a.max_context = cu->max_context;
-	a.scale = scale;
-	a.vec4 = head_dim % 4 == 0 && (uintptr_t)a.kc % 16 == 0 && (uintptr_t)a.vc % 16 == 0;
-	a.fault = cu->fault;
+	c.cu = cu;
+	c.out = (float *)out->data;
+	c.q = (const float *)q->data;
+	c.kc = kcache->data;
+	c.vc = vcache->data;
+	c.n_heads = n_heads;
+	c.n_kv = n_kv_heads;
+	c.D = head_dim;
+	c.scale = scale;
+	tc = cu->att_ready && !shape && kcache->dtype == KT_BF16 &&
+	     (head_dim == 64 || head_dim == 128) && (uintptr_t)c.kc % 16 == 0 &&
+	     (uintptr_t)c.vc % 16 == 0 && (uintptr_t)c.q % 8 == 0 && (uintptr_t)c.out % 16 == 0;
 	CU_CHECK(cu_enter(cu));
-	launch_attention(a, (unsigned)(T * n_heads), cu->stream);
-	CU_LAUNCHED();
+	if (!tc)
+		return run_generic(c, T, kcache->dtype, b->max_kv_len);
+	return head_dim == 64 ? run_tensor_cores<64>(c, b) : run_tensor_cores<128>(c, b);
+}
+
+int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
+{
+	const int dim = c->max_head_dim < 128 ? c->max_head_dim : 128;
+	int n_sms = 0;
+
+	cu->att_ready = false;
+	CU_CHECK(cu_enter(cu));
+	CU_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, cu->device));
+	CU_CHECK((decode_setup<64, DEC_STAGES>()));
+	CU_CHECK((decode_setup<128, DEC_STAGES>()));
+	CU_CHECK((prefill_setup<64, PREFILL_64>()));
+	CU_CHECK((prefill_setup<128, PREFILL_128>()));
+	cu->att_slots64 = decode_slots<64, DEC_STAGES>(n_sms);
+	cu->att_slots128 = decode_slots<128, DEC_STAGES>(n_sms);
+	cu->att_heads = c->max_heads > 0 ? c->max_heads : 0;
+	cu->att_ws_rows = cu->att_heads ? ATT_WS_ROWS : 0;
+	if (cu->att_ws_rows) {
+		const size_t slots = (size_t)cu->att_ws_rows * cu->att_heads;
+
+		CU_CHECK(cudaMalloc((void **)&cu->att_part_o, slots * dim * sizeof(float)));
+		CU_CHECK(cudaMalloc((void **)&cu->att_part_ml, slots * sizeof(float2)));
+		CU_CHECK(cudaMalloc((void **)&cu->att_count, slots * sizeof(int)));
+		CU_CHECK(cudaMemsetAsync(cu->att_count, 0, slots * sizeof(int), cu->stream));
+	}
+	cu->att_ready = true;
 	return 0;
+}
+
+void cuda_attention_close(struct cuda_backend *cu)
+{
+	CU_WARN(cudaFree(cu->att_part_o));
+	CU_WARN(cudaFree(cu->att_part_ml));
+	CU_WARN(cudaFree(cu->att_count));
+	cu->att_part_o = NULL;
+	cu->att_part_ml = NULL;
+	cu->att_count = NULL;
+	cu->att_ready = false;
 }

@@ -4,8 +4,9 @@
  * Open makes kt_config.device current, checks that this build's kernels run
  * on it, and creates everything the ops need so that they never allocate: the
  * stream, a cuBLAS handle bound to it with its own workspace, the fault word,
- * the pinned and device buffers of sample, and a first matmul workspace
- * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()).
+ * the pinned and device buffers of sample, a first matmul workspace
+ * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()) and the split
+ * partials of decode attention.
  *
  * Nothing here prints on a machine without a GPU: kt_cuda_available() only
  * asks cudaGetDeviceCount (libcudart loads the driver on first use), and
@@ -43,6 +44,8 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cu_enter(cu));
 	if (cu->stream)
 		CU_WARN(cudaStreamSynchronize(cu->stream));
+	cuda_graphs_free(cu);
+	cuda_attention_close(cu);
 	cuda_free_all(cu);
 	if (cu->blas)
 		cublasDestroy(cu->blas);
@@ -79,6 +82,9 @@ static const struct kt_ops cuda_ops = {
 	cuda_add,
 	cuda_gather_rows,
 	cuda_sample,
+	cuda_graph,
+	cuda_copy,
+	cuda_memory,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
@@ -190,7 +196,8 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 	snprintf(info->backend, sizeof info->backend, "cuda");
 	info->memory_total = total_b;
 	info->memory_free = free_b;
-	info->kv_dtype = KT_F32;
+	info->kv_dtype = KT_BF16;
+	info->graphs = true;
 	return 0;
 }
 
@@ -212,6 +219,9 @@ int kt_cuda_open(const struct kt_config *c, struct kt_backend **out, char *err, 
 	cu->sample_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
 	pthread_mutex_init(&cu->lock, NULL);
 	rc = setup(cu, err, errlen);
+	if (!rc && (rc = cuda_attention_open(cu, c)))
+		atlas_errf(err, errlen, rc, "backend cuda: device %d: attention workspace: %s",
+			   cu->device, strerror(-rc));
 	if (rc) {
 		cuda_close(&cu->base);
 		return rc;

@@ -14,8 +14,9 @@
  * producing quiet garbage.
  *
  * No op allocates: the matmul activation workspace is made at open and grows
- * in weight() to the widest weight; the sampling buffers are sized at open
- * from kt_config.
+ * in weight() to the widest weight; the sampling buffers and the decode
+ * attention's split partials are sized at open from kt_config; graphs are
+ * instantiated by kt_graph outside the replayed steps.
  */
 #ifndef ATLAS_KERNELS_CUDA_IMPL_H
 #define ATLAS_KERNELS_CUDA_IMPL_H
@@ -46,6 +47,16 @@ enum cuda_fault {
 	CUDA_FAULT_ATTENTION = 1u << 4,
 };
 
+/* Most graphs kept (kernels/cuda/cuda_graph.cu). */
+#define CUDA_MAX_GRAPHS 128
+
+/* One recorded graph: the ops of a step shape (key), ready to replay. */
+struct cuda_graph_entry {
+	uint64_t key;
+	cudaGraphExec_t exec;       /* owned; NULL when not recorded */
+	bool broken;                /* recording failed: the key runs op by op */
+};
+
 struct cuda_backend {
 	struct kt_backend base;     /* first member: the engine's handle */
 	int device;                 /* CUDA device index */
@@ -66,6 +77,18 @@ struct cuda_backend {
 	struct kt_sample_row *rows_host, *rows_dev; /* [sample_cap] pinned, device */
 	int32_t *ids_host, *ids_dev;                /* [sample_cap] pinned, device */
 	int sample_cap;             /* rows per sampling launch (more run in chunks) */
+	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
+	int n_graphs, next_evict;
+	/* Attention (cuda_attention.cu), made by cuda_attention_open: the
+	 * split-K workspace of the decode kernel, sized from kt_config, and how
+	 * many decode CTAs the device holds at once (for the split count). */
+	bool att_ready;             /* open succeeded: the tensor-core kernels may run */
+	float *att_part_o;          /* device [att_ws_rows * att_heads * min(max_head_dim, 128)] */
+	float2 *att_part_ml;        /* device [att_ws_rows * att_heads]: split (max, sum) */
+	int *att_count;             /* device [att_ws_rows * att_heads]: splits done, 0 at rest */
+	int att_ws_rows;            /* rows × splits the workspace holds per head */
+	int att_heads;              /* heads the workspace holds per row-split */
+	int att_slots64, att_slots128; /* resident decode CTAs for head_dim 64, 128 */
 };
 
 #define CUDA_BLAS_WS_BYTES ((size_t)32 << 20)
@@ -167,7 +190,8 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		const struct kt_tensor *w, const struct kt_tensor *bias);
 int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
-	      const struct kt_tensor *inv_freq, int n_heads, int head_dim);
+	      const struct kt_tensor *inv_freq, int n_heads, int head_dim,
+	      const struct kt_tensor *norm_w, float eps);
 int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		  const struct kt_tensor *vcache, const struct kt_tensor *k,
 		  const struct kt_tensor *v, const struct kt_batch *b);
@@ -175,8 +199,19 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,
 		   float scale);
+/* Attention state of the backend: call cuda_attention_open at open, after
+ * the stream exists (0 or a negative errno), and cuda_attention_close at
+ * close (safe after a failed or missing open). */
+int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c);
+void cuda_attention_close(struct cuda_backend *cu);
 int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		const struct kt_sample_row *rows, int n, int32_t *ids);
+
+/* Graphs (cuda_graph.cu): kt_graph(), and freeing them all at close. */
+int cuda_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), void *ctx);
+void cuda_graphs_free(struct cuda_backend *cu);
+int cuda_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+int cuda_copy(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *src);
 
 /* cudaSuccess when the kernels of this build run on the current device
  * (cuda_memory.cu). */

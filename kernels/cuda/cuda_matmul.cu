@@ -1,4 +1,12 @@
-/* y = x · wᵀ (+ bias) through cuBLAS.
+/* y = x · wᵀ (+ bias): the GEMV for small batches, cuBLAS otherwise.
+ *
+ * bf16 weights with at most CUDA_GEMV_MAX_T rows of x (decode) go to the
+ * tensor-core GEMV of cuda_gemv.cu, which reads w once (70-100% of the copy
+ * bandwidth on large weights), rounds x to bf16 in registers and adds the
+ * bias itself: one launch. Everything else (more rows, K not a multiple of
+ * 8, f32 weights) takes cuBLAS as below. Both compute bf16(x) · w with f32
+ * accumulation; they differ only in summation order, so a row's result may
+ * change in its last bits where a batch crosses CUDA_GEMV_MAX_T rows.
  *
  * Layout: x [T, K] f32, w [N, K] (the Hugging Face Linear layout), y [T, N]
  * f32, bias [1, N] f32 or bf16. Row-major y = x · wᵀ is column-major
@@ -21,6 +29,7 @@
 #include <errno.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_gemv.h"
 #include "kernels/cuda/cuda_impl.h"
 
 /* ws[r, k] = bf16(x[r, k0 + k])   ws [rows, kl] packed, x [rows, K] */
@@ -123,6 +132,8 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	if (!T || !N)
 		return 0;
 	CU_CHECK(cu_enter(cu));
+	if (K && cuda_gemv_takes(x, w))
+		return cuda_gemv(cu, y, x, w, bias);
 	if (!K)
 		CU_CHECK(cudaMemsetAsync(y->data, 0, kt_nbytes(y), cu->stream));
 	else if (w->dtype == KT_F32)

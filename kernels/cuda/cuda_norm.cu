@@ -9,6 +9,13 @@
  * writes x and sums squares (per thread, then block_reduce); pass 2 writes
  * out. Every element is read and written by the same thread in both passes,
  * so out may be x or residual.
+ *
+ * Rows of D a multiple of 4 and at most NORM_VEC_MAX_D (every model's
+ * hidden size) take rmsnorm_vec_kernel: each thread loads all its float4s
+ * of x and residual into registers before it stores anything. The loads are
+ * then independent and in flight together; in the plain loop each load waits
+ * for the store before it (out and x may alias), and a decode step's row of
+ * 4096 took 15 us on an H100 instead of a few (ncu, 2026-11-22).
  */
 #include <errno.h>
 
@@ -41,6 +48,91 @@ __global__ void rmsnorm_kernel(float *out, float *x, const float *res, const W *
 		o[d] = widen(w[d]) * (xr[d] * inv);
 }
 
+/* float4s per thread of rmsnorm_vec_kernel. */
+#define NORM_VEC 8
+#define NORM_VEC_MAX_D (4 * NORM_VEC * CUDA_THREADS)
+
+__device__ __forceinline__ float4 weights4(const float *w, int64_t i)
+{
+	return reinterpret_cast<const float4 *>(w)[i];
+}
+
+__device__ __forceinline__ float4 weights4(const __nv_bfloat16 *w, int64_t i)
+{
+	const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(w) + 2 * i;
+	const float2 lo = __bfloat1622float2(p[0]), hi = __bfloat1622float2(p[1]);
+
+	return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+template <typename W>
+__global__ void rmsnorm_vec_kernel(float *out, float *x, const float *res, const W *w,
+				   int64_t D, float eps)
+{
+	__shared__ double part[32];
+	const int64_t off = blockIdx.x * D, D4 = D / 4;
+	float4 *xr = reinterpret_cast<float4 *>(x + off), *o = reinterpret_cast<float4 *>(out + off);
+	const float4 *rr = reinterpret_cast<const float4 *>(res + (res ? off : 0));
+	float4 v[NORM_VEC];
+	double ss = 0.0;
+	float inv;
+
+#pragma unroll
+	for (int j = 0; j < NORM_VEC; j++) {
+		const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+
+		if (i < D4)
+			v[j] = xr[i];
+	}
+	if (res) {
+#pragma unroll
+		for (int j = 0; j < NORM_VEC; j++) {
+			const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+
+			if (i < D4) {
+				const float4 r = rr[i];
+
+				v[j] = make_float4(v[j].x + r.x, v[j].y + r.y, v[j].z + r.z, v[j].w + r.w);
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < NORM_VEC; j++) {
+			const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+
+			if (i < D4)
+				xr[i] = v[j];
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < NORM_VEC; j++)
+		if (threadIdx.x + (int64_t)j * blockDim.x < D4)
+			ss += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y +
+			      (double)v[j].z * v[j].z + (double)v[j].w * v[j].w;
+	ss = block_reduce(ss, op_sum(), 0.0, part);
+	inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+#pragma unroll
+	for (int j = 0; j < NORM_VEC; j++) {
+		const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+
+		if (i < D4) {
+			const float4 g = weights4(w, i);
+
+			o[i] = make_float4(g.x * (v[j].x * inv), g.y * (v[j].y * inv),
+					   g.z * (v[j].z * inv), g.w * (v[j].w * inv));
+		}
+	}
+}
+
+/* The vector kernel applies: D fits the registers and rows are 16-byte aligned. */
+static bool vec_ok(const struct kt_tensor *out, const struct kt_tensor *x, const float *res,
+		   const struct kt_tensor *w, int64_t D)
+{
+	const uintptr_t a = (uintptr_t)out->data | (uintptr_t)x->data | (uintptr_t)res |
+			    (uintptr_t)w->data;
+
+	return D % 4 == 0 && D <= NORM_VEC_MAX_D && a % 16 == 0;
+}
+
 int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
 {
@@ -65,7 +157,15 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 		return 0;
 	res = residual ? (const float *)residual->data : NULL;
 	CU_CHECK(cu_enter(cu));
-	if (w->dtype == KT_BF16)
+	if (vec_ok(out, x, res, w, D) && w->dtype == KT_BF16)
+		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (float *)x->data, res,
+			(const __nv_bfloat16 *)w->data, D, eps);
+	else if (vec_ok(out, x, res, w, D))
+		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (float *)x->data, res, (const float *)w->data, D,
+			eps);
+	else if (w->dtype == KT_BF16)
 		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
 			(float *)out->data, (float *)x->data, res,
 			(const __nv_bfloat16 *)w->data, D, eps);

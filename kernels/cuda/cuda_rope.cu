@@ -1,28 +1,70 @@
 /* Rotary position embedding in place, rotate-half pairing (GPT-NeoX, Hugging
- * Face), as the cpu backend computes it: x[i] and x[i + D/2] of each head are
- * rotated by the f32 angle (float)pos * inv_freq[i], with cosf/sinf (the
- * accurate library functions, not the __cosf intrinsics) and unfused
- * products (__fmul_rn), so the result matches the cpu within the last bits
- * of cosf/sinf.
+ * Face), with Qwen3's per-head RMSNorm (q_norm, k_norm) fused in front, as
+ * the cpu backend computes them.
+ *
+ * Norm (when norm_w): each head's D values as cpu_rmsnorm does a row: the
+ * sum of squares in double, var = (float)(ss / D), inv = 1/sqrtf(var + eps),
+ * x = w * (x * inv). The squares of f32 values are exact in double, so only
+ * the order of the double sum differs from the cpu, which almost never shows
+ * in the f32 var.
+ *
+ * Rotation: x[i] and x[i + D/2] rotated by the f32 angle (float)pos *
+ * inv_freq[i], with cosf/sinf (the accurate library functions, not the
+ * __cosf intrinsics) and unfused products (__fmul_rn), so the result matches
+ * the cpu within the last bits of cosf/sinf.
  *
  * Layout: x [T, n_heads * D] f32, pos [T, 1] i32 (device), inv_freq
- * [1, D/2] f32.
+ * [1, D/2] f32, norm_w NULL or [1, D] f32 or bf16 (a weight as kt_weight
+ * stores it).
  *
  * Launch: one block of CUDA_THREADS per token. The block first puts the
- * token's D/2 cos/sin pairs in shared memory, then strides over the
- * n_heads * D/2 pairs. A negative position leaves the token alone and sets
- * CUDA_FAULT_ROPE.
+ * token's D/2 cos/sin pairs in shared memory; then each warp takes whole
+ * heads (warp v: heads v, v + 8, ...), lane l holding pairs l, l + 32, ...
+ * in registers from load through norm and rotation to store, the head's
+ * sum of squares reduced by a butterfly shuffle. A negative position leaves
+ * the token alone and sets CUDA_FAULT_ROPE.
  */
 #include <errno.h>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_reduce.cuh"
 
-__global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, int n_heads,
-			    int D, unsigned *fault)
+/* Pairs a lane holds: D/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
+#define ROPE_PAIRS (CUDA_MAX_HEAD_DIM / 64)
+
+/* Normalise one head held as pairs (a[j], b[j]) = (x[i], x[i + D/2]),
+ * i = lane + 32·j < n_pairs = D/2, as cpu_rmsnorm does a row. */
+template <typename W>
+__device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROPE_PAIRS],
+					  const W *w, int lane, int n_pairs, float eps)
+{
+	double ss = 0.0;
+	float inv;
+
+#pragma unroll
+	for (int j = 0; j < ROPE_PAIRS; j++)
+		if (lane + 32 * j < n_pairs)
+			ss += (double)a[j] * a[j] + (double)b[j] * b[j];
+	ss = warp_reduce(ss, op_sum());
+	inv = 1.0f / sqrtf((float)(ss / (double)(2 * n_pairs)) + eps);
+#pragma unroll
+	for (int j = 0; j < ROPE_PAIRS; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_pairs) {
+			a[j] = widen(w[i]) * (a[j] * inv);
+			b[j] = widen(w[i + n_pairs]) * (b[j] * inv);
+		}
+	}
+}
+
+template <typename W>
+__global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, const W *norm_w,
+			    float eps, int n_heads, int D, unsigned *fault)
 {
 	__shared__ float cs[CUDA_MAX_HEAD_DIM / 2], sn[CUDA_MAX_HEAD_DIM / 2];
-	const int half = D / 2;
+	const int half = D / 2, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int32_t p = pos[blockIdx.x];
 	float *xt = x + (int64_t)blockIdx.x * n_heads * D;
 
@@ -38,38 +80,76 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 		sn[i] = sinf(angle);
 	}
 	__syncthreads();
-	for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
-		const int h = j / half, i = j % half;
-		float *a = xt + (int64_t)h * D + i, *b = a + half;
-		const float x0 = *a, x1 = *b;
+	for (int h = warp; h < n_heads; h += blockDim.x >> 5) {
+		float *xa = xt + (int64_t)h * D, *xb = xa + half;
+		float a[ROPE_PAIRS], b[ROPE_PAIRS];
 
-		*a = __fmul_rn(x0, cs[i]) - __fmul_rn(x1, sn[i]);
-		*b = __fmul_rn(x1, cs[i]) + __fmul_rn(x0, sn[i]);
+#pragma unroll
+		for (int j = 0; j < ROPE_PAIRS; j++) {
+			const int i = lane + 32 * j;
+
+			a[j] = i < half ? xa[i] : 0.0f;
+			b[j] = i < half ? xb[i] : 0.0f;
+		}
+		if (norm_w)
+			norm_head(a, b, norm_w, lane, half, eps);
+#pragma unroll
+		for (int j = 0; j < ROPE_PAIRS; j++) {
+			const int i = lane + 32 * j;
+
+			if (i < half) {
+				xa[i] = __fmul_rn(a[j], cs[i]) - __fmul_rn(b[j], sn[i]);
+				xb[i] = __fmul_rn(b[j], cs[i]) + __fmul_rn(a[j], sn[i]);
+			}
+		}
 	}
 }
 
+static bool rope_args_ok(const struct cuda_backend *cu, const struct kt_tensor *x,
+			 const struct kt_tensor *pos, const struct kt_tensor *inv_freq,
+			 int n_heads, int head_dim, const struct kt_tensor *norm_w, float eps)
+{
+	if (n_heads <= 0 || head_dim <= 0 || head_dim % 2 || head_dim > cu->max_head_dim)
+		return false;
+	if (!cu_valid(x, KT_F32) || x->rows > INT32_MAX)
+		return false;
+	if (x->cols != (int64_t)n_heads * head_dim || !cu_shape(pos, KT_I32, x->rows, 1) ||
+	    !cu_shape(inv_freq, KT_F32, 1, head_dim / 2))
+		return false;
+	if (cu_overlap(x, pos) || cu_overlap(x, inv_freq))
+		return false;
+	if (norm_w && (!cu_float(norm_w) || norm_w->rows != 1 || norm_w->cols != head_dim ||
+		       cu_overlap(x, norm_w) || !(eps >= 0.0f)))
+		return false;
+	return true;
+}
+
 int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
-	      const struct kt_tensor *inv_freq, int n_heads, int head_dim)
+	      const struct kt_tensor *inv_freq, int n_heads, int head_dim,
+	      const struct kt_tensor *norm_w, float eps)
 {
 	struct cuda_backend *cu = cu_of(be);
-	int64_t T;
+	const unsigned T = (unsigned)(x && x->rows > 0 ? x->rows : 0);
+	float *xd;
+	const int32_t *pd;
+	const float *fd;
 
-	if (n_heads <= 0 || head_dim <= 0 || head_dim % 2 || head_dim > cu->max_head_dim)
-		return -EINVAL;
-	if (!cu_valid(x, KT_F32))
-		return -EINVAL;
-	T = x->rows;
-	if (x->cols != (int64_t)n_heads * head_dim || !cu_shape(pos, KT_I32, T, 1) ||
-	    !cu_shape(inv_freq, KT_F32, 1, head_dim / 2) || T > INT32_MAX)
-		return -EINVAL;
-	if (cu_overlap(x, pos) || cu_overlap(x, inv_freq))
+	if (!rope_args_ok(cu, x, pos, inv_freq, n_heads, head_dim, norm_w, eps))
 		return -EINVAL;
 	if (!T)
 		return 0;
+	xd = (float *)x->data;
+	pd = (const int32_t *)pos->data;
+	fd = (const float *)inv_freq->data;
 	CU_CHECK(cu_enter(cu));
-	rope_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
-		(float *)x->data, (const int32_t *)pos->data, (const float *)inv_freq->data,
-		n_heads, head_dim, cu->fault);
+	if (norm_w && norm_w->dtype == KT_BF16)
+		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
+			xd, pd, fd, (const __nv_bfloat16 *)norm_w->data, eps, n_heads, head_dim,
+			cu->fault);
+	else
+		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
+			xd, pd, fd, norm_w ? (const float *)norm_w->data : (const float *)NULL, eps,
+			n_heads, head_dim, cu->fault);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -7,6 +7,7 @@
  * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -235,6 +236,41 @@ static void test_preemption_recomputes_the_same(void **state)
 	atlas_engine_close(e);
 }
 
+/* The cuda backend's logits of one position may differ with the step's
+ * shape in their last bits: a chunk of a few rows takes the bandwidth-bound
+ * matmul kernel and a bigger one cuBLAS, and attention tiles differ. Seen on
+ * an H100: below 1e-3. The tolerance leaves room, and the argmax must agree
+ * wherever the top two are further apart than twice it. */
+#define CUDA_CHUNK_LOGITS_TOL 1e-2f
+
+static void assert_logits_agree(const float *a, const float *b, int n, int vocab)
+{
+	const char *backend = getenv("ATLAS_TEST_BACKEND");
+	if (!backend || !strcmp(backend, "cpu")) {
+		assert_memory_equal(a, b, sizeof(float) * (size_t)n * (size_t)vocab);
+		return;
+	}
+	for (int r = 0; r < n; r++) {
+		const float *x = a + (size_t)r * (size_t)vocab, *y = b + (size_t)r * (size_t)vocab;
+		int best_a = 0, best_b = 0;
+		float top = -INFINITY, second = -INFINITY;
+		for (int i = 0; i < vocab; i++) {
+			if (fabsf(x[i] - y[i]) > CUDA_CHUNK_LOGITS_TOL)
+				fail_msg("row %d logit %d: %g vs %g", r, i, x[i], y[i]);
+			best_a = x[i] > x[best_a] ? i : best_a;
+			best_b = y[i] > y[best_b] ? i : best_b;
+			if (x[i] > top) {
+				second = top;
+				top = x[i];
+			} else if (x[i] > second) {
+				second = x[i];
+			}
+		}
+		if (top - second > 2 * CUDA_CHUNK_LOGITS_TOL && best_a != best_b)
+			fail_msg("row %d: argmax %d vs %d", r, best_a, best_b);
+	}
+}
+
 static void test_logits_independent_of_chunking(void **state)
 {
 	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
@@ -248,7 +284,7 @@ static void test_logits_independent_of_chunking(void **state)
 	atlas_engine_close(e);
 	e = open_engine(2, 3, 64ull << 20);
 	assert_int_equal(atlas_engine_logits(e, ids, 70, b, err, sizeof err), 0);
-	assert_memory_equal(a, b, sizeof(float) * 70 * (size_t)vocab);
+	assert_logits_agree(a, b, 70, vocab);
 	/* The sequence's last logits decide its first generated token. */
 	struct atlas_session *s;
 	assert_int_equal(atlas_session_open(e, "x", &s, err, sizeof err), 0);

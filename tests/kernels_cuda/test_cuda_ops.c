@@ -2,14 +2,19 @@
  * inputs (random, never zero, odd sizes). Tolerances, per op:
  *  - copies (embed, gather_rows, add, weight conversion, residual add):
  *    bitwise equal;
- *  - swiglu, rmsnorm, rope: max_abs at a few f32 ulps of O(1) outputs (the
- *    device's expf/cosf/sinf and summation order differ in the last bits);
+ *  - swiglu, rmsnorm, rope (with or without its fused per-head norm): max_abs
+ *    at a few f32 ulps of O(1) outputs (the device's expf/cosf/sinf and
+ *    summation order differ in the last bits);
  *  - matmul with bf16 weights: the cpu is given the same bf16 weights
  *    (kt_weight from a bf16 source) and x already rounded to bf16, so both
  *    compute the same exact products and differ only in f32 accumulation:
  *    |cuda - cpu| <= 1e-4 · Σ_k |x_k w_k| per element (NMSE <= 1e-8).
  *    With x not rounded, cuda rounds it to bf16 and the cpu does not:
- *    NMSE <= 1e-4 (bf16 has an 8-bit significand).
+ *    NMSE <= 1e-4 (bf16 has an 8-bit significand). This holds for both
+ *    cuda paths: the GEMV (bf16 w, T <= CUDA_GEMV_MAX_T, K % 8 == 0) and
+ *    cuBLAS (the rest);
+ *  - the GEMV's batch invariance: a row of x gives the same bits alone and
+ *    in any batch of up to CUDA_GEMV_MAX_T rows (bitwise).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -22,6 +27,7 @@
 #include <cmocka.h>
 
 #include "ct_util.h"
+#include "kernels/cuda/cuda_gemv.h"
 
 static void *xmalloc(size_t n)
 {
@@ -41,7 +47,8 @@ static void test_device_info(void **state)
 	assert_string_equal(i->backend, "cuda");
 	assert_true(strlen(i->name) > 0);
 	assert_true(i->memory_total > 0 && i->memory_free <= i->memory_total);
-	assert_int_equal(i->kv_dtype, KT_F32);
+	assert_int_equal(i->kv_dtype, KT_BF16);
+	assert_true(i->graphs);
 	assert_non_null(strstr(kt_backends_built(), "cuda"));
 }
 
@@ -305,13 +312,17 @@ static void test_rmsnorm(void **state)
 	run_rmsnorm(3, 2048, true, true, true);
 }
 
-static void run_rope(int T, int n_heads, int D)
+enum norm_kind { NORM_NONE, NORM_F32, NORM_BF16 };
+
+static void run_rope(int T, int n_heads, int D, enum norm_kind norm)
 {
+	static const char *const norms[] = { "", ", norm f32 w", ", norm bf16 w" };
 	size_t n = (size_t)T * n_heads * D;
 	float *x = xmalloc(n * 4), *inv = xmalloc((size_t)D / 2 * 4), *oc = xmalloc(n * 4),
-	      *og = xmalloc(n * 4);
+	      *og = xmalloc(n * 4), *w = xmalloc((size_t)D * 4);
 	int32_t *pos = xmalloc((size_t)T * 4);
-	struct ct_pair px, pp, pi;
+	struct ct_pair px, pp, pi, pw = { 0 };
+	const struct kt_tensor *wc = NULL, *wg = NULL;
 	char what[96];
 
 	ct_fill(x, n, 2.0f);
@@ -322,14 +333,28 @@ static void run_rope(int T, int n_heads, int D)
 	px = ct_pair_new(KT_F32, T, (int64_t)n_heads * D, x);
 	pp = ct_pair_new(KT_I32, T, 1, pos);
 	pi = ct_pair_new(KT_F32, 1, D / 2, inv);
-	assert_int_equal(kt_rope(ct_cpu, &px.c, &pp.c, &pi.c, n_heads, D), 0);
-	assert_int_equal(kt_rope(ct_gpu, &px.g, &pp.g, &pi.g, n_heads, D), 0);
+	if (norm == NORM_BF16) {
+		pw = bf16_weight(1, D, 2.0f, w);
+	} else if (norm == NORM_F32) {
+		ct_fill(w, D, 2.0f);
+		pw = ct_pair_new(KT_F32, 1, D, w);
+	}
+	if (norm != NORM_NONE) {
+		wc = &pw.c;
+		wg = &pw.g;
+	}
+	assert_int_equal(kt_rope(ct_cpu, &px.c, &pp.c, &pi.c, n_heads, D, wc, 1e-6f), 0);
+	assert_int_equal(kt_rope(ct_gpu, &px.g, &pp.g, &pi.g, n_heads, D, wg, 1e-6f), 0);
 	ct_pair_get(&px, oc, og);
-	snprintf(what, sizeof what, "rope T %d, %d heads, head_dim %d", T, n_heads, D);
+	snprintf(what, sizeof what, "rope T %d, %d heads, head_dim %d%s", T, n_heads, D,
+		 norms[norm]);
 	ct_compare(what, og, oc, n, 1e-5, 1e-12);
 	ct_pair_free(&px);
 	ct_pair_free(&pp);
 	ct_pair_free(&pi);
+	if (norm != NORM_NONE)
+		ct_pair_free(&pw);
+	free(w);
 	free(x);
 	free(inv);
 	free(oc);
@@ -340,11 +365,47 @@ static void run_rope(int T, int n_heads, int D)
 static void test_rope(void **state)
 {
 	ct_seed(6);
-	run_rope(17, 8, 128);
-	run_rope(1, 32, 128);
-	run_rope(9, 4, 64);
-	run_rope(5, 3, 256);
-	run_rope(4, 2, 10);
+	run_rope(17, 8, 128, NORM_NONE);
+	run_rope(1, 32, 128, NORM_NONE);
+	run_rope(9, 4, 64, NORM_NONE);
+	run_rope(5, 3, 256, NORM_NONE);
+	run_rope(4, 2, 10, NORM_NONE);
+	/* Qwen3's q (32 heads) and k (8 heads) of head_dim 128, then odd sizes */
+	run_rope(1, 32, 128, NORM_BF16);
+	run_rope(7, 8, 128, NORM_BF16);
+	run_rope(40, 16, 128, NORM_F32);
+	run_rope(3, 9, 256, NORM_BF16);
+	run_rope(5, 3, 70, NORM_F32);
+	run_rope(2, 11, 10, NORM_BF16);
+}
+
+/* A negative position: the token is left alone, the op still returns 0 and
+ * the next sync point reports the fault. */
+static void test_rope_bad_position(void **state)
+{
+	const int D = 64, H = 2;
+	float x[2 * H * D], got[2 * H * D], inv[D / 2], w[D];
+	int32_t pos[2] = { 5, -1 };
+	struct ct_pair px, pp, pi, pw;
+
+	ct_seed(9);
+	ct_fill(x, sizeof x / sizeof x[0], 1.0f);
+	for (int i = 0; i < D / 2; i++)
+		inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)D);
+	px = ct_pair_new(KT_F32, 2, H * D, x);
+	pp = ct_pair_new(KT_I32, 2, 1, pos);
+	pi = ct_pair_new(KT_F32, 1, D / 2, inv);
+	pw = bf16_weight(1, D, 1.0f, w);
+	assert_int_equal(kt_rope(ct_gpu, &px.g, &pp.g, &pi.g, H, D, &pw.g, 1e-6f), 0);
+	assert_int_equal(kt_synchronize(ct_gpu), -22);
+	assert_int_equal(kt_download(ct_gpu, got, &px.g, 0, sizeof got), 0);
+	ct_compare_exact("rope: token at position -1 untouched", got + H * D, x + H * D, H * D);
+	assert_int_equal(kt_rope(ct_gpu, &px.g, &pp.g, &pi.g, H, D + 2, &pw.g, 1e-6f), -22);
+	assert_int_equal(kt_rope(ct_gpu, &px.g, &pp.g, &pi.g, H, D, &pw.g, -1.0f), -22);
+	ct_pair_free(&px);
+	ct_pair_free(&pp);
+	ct_pair_free(&pi);
+	ct_pair_free(&pw);
 }
 
 /* Per-element scale Σ_k |x_k w_k| of y = x · wᵀ (+ |bias|). */
@@ -457,8 +518,131 @@ static void test_matmul(void **state)
 	run_matmul(16, 512, 200, MM_F32_W, 1);
 	/* more rows than max_tokens: the x workspace is used in row chunks */
 	run_matmul(CT_MAX_TOKENS + 45, 64, 48, MM_BF16_ROUNDED_X, 2);
-	/* K wider than any kt_weight so far: the workspace is used in K chunks */
+	/* K wider than any kt_weight so far: cuBLAS uses the workspace in K chunks */
+	run_matmul(CUDA_GEMV_MAX_T + 3, 20000, 16, MM_BF16_ALLOC, 0);
 	run_matmul(3, 20000, 16, MM_BF16_ALLOC, 0);
+}
+
+/* The GEMV against the cpu: every T up to the threshold and a few past it,
+ * the three block shapes (N small, mid, large), K not a multiple of the
+ * block's k step, odd N, every bias kind, x not bf16-exact, and K not a
+ * multiple of 8 (cuBLAS takes it). */
+static void test_matmul_gemv(void **state)
+{
+	ct_seed(8);
+	for (int T = 1; T <= CUDA_GEMV_MAX_T + 2; T++)
+		run_matmul(T, 1024, 93 + 2 * T, MM_BF16_ROUNDED_X, T % 3);
+	run_matmul(4, 4104, 12289, MM_BF16_ROUNDED_X, 1);
+	run_matmul(11, 1000, 5003, MM_BF16_ROUNDED_X, 2);
+	run_matmul(CUDA_GEMV_MAX_T, 520, 9000, MM_BF16_ROUNDED_X, 0);
+	run_matmul(1, 8, 1, MM_BF16_ROUNDED_X, 1);
+	run_matmul(9, 2048, 3001, MM_BF16_RAW_X, 0);
+	run_matmul(2, 777, 65, MM_BF16_ROUNDED_X, 1);
+	run_matmul(CUDA_GEMV_MAX_T, 1001, 77, MM_BF16_RAW_X, 2);
+}
+
+/* y rows of x [T, K] · wᵀ + bias on the device, downloaded into out [T, N]. */
+static void gpu_matmul_rows(const struct ct_pair *px, const struct ct_pair *pw,
+			    const struct ct_pair *pb, const struct ct_pair *py, int t0, int T,
+			    float *out)
+{
+	struct kt_tensor x = kt_rows(px->g, t0, T), y = kt_rows(py->g, 0, T);
+
+	assert_int_equal(kt_matmul(ct_gpu, &y, &x, &pw->g, &pb->g), 0);
+	assert_int_equal(kt_download(ct_gpu, out, &y, 0, kt_nbytes(&y)), 0);
+}
+
+/* The batch-invariance of the GEMV: each row alone, then every batch size up
+ * to CUDA_GEMV_MAX_T (its rows starting at a varying row of x), bitwise. */
+static void test_matmul_batch_invariance(void **state)
+{
+	const int K = 1536, N = 777, R = CUDA_GEMV_MAX_T + 5;
+	float *x = xmalloc((size_t)R * K * 4), *w = xmalloc((size_t)N * K * 4),
+	      *b = xmalloc((size_t)N * 4);
+	float *alone = xmalloc((size_t)R * N * 4), *got = xmalloc((size_t)CUDA_GEMV_MAX_T * N * 4);
+	struct ct_pair px, pw, pb, py;
+	char what[96];
+
+	ct_seed(10);
+	ct_fill(x, (size_t)R * K, 1.0f);
+	px = ct_pair_new(KT_F32, R, K, x);
+	pw = bf16_weight(N, K, 0.5f, w);
+	pb = bf16_weight(1, N, 1.0f, b);
+	py = ct_pair_new(KT_F32, CUDA_GEMV_MAX_T, N, NULL);
+	for (int t = 0; t < R; t++)
+		gpu_matmul_rows(&px, &pw, &pb, &py, t, 1, alone + (size_t)t * N);
+	for (int T = 2; T <= CUDA_GEMV_MAX_T; T++) {
+		const int t0 = (T * 7) % (R - T + 1);
+
+		gpu_matmul_rows(&px, &pw, &pb, &py, t0, T, got);
+		snprintf(what, sizeof what, "gemv rows %d..%d in a batch of %d", t0, t0 + T - 1, T);
+		ct_compare_exact(what, got, alone + (size_t)t0 * N, (size_t)T * N);
+	}
+	ct_pair_free(&px);
+	ct_pair_free(&pw);
+	ct_pair_free(&pb);
+	ct_pair_free(&py);
+	free(x);
+	free(w);
+	free(b);
+	free(alone);
+	free(got);
+}
+
+struct graph_matmul {
+	const struct kt_tensor *y, *x, *w, *bias;
+};
+
+static int record_matmul(void *ctx)
+{
+	const struct graph_matmul *m = ctx;
+
+	return kt_matmul(ct_gpu, m->y, m->x, m->w, m->bias);
+}
+
+/* Both matmul paths recorded into a CUDA graph (no allocation, no sync, no
+ * host read inside), then replayed on new contents of x. */
+static void test_matmul_graph(void **state)
+{
+	const int K = 1024, N = 515, Ts[] = { 3, CUDA_GEMV_MAX_T + 3 };
+
+	ct_seed(11);
+	for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+		const int T = Ts[i];
+		float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4),
+		      *b = xmalloc((size_t)N * 4), *yc = xmalloc((size_t)T * N * 4),
+		      *yg = xmalloc((size_t)T * N * 4);
+		struct ct_pair px, pw, pb, py;
+		struct graph_matmul m;
+		char what[96];
+
+		pw = bf16_weight(N, K, 0.5f, w);
+		pb = bf16_weight(1, N, 1.0f, b);
+		px = ct_pair_new(KT_F32, T, K, NULL);
+		py = ct_pair_new(KT_F32, T, N, NULL);
+		m = (struct graph_matmul){ &py.g, &px.g, &pw.g, &pb.g };
+		for (int round = 0; round < 3; round++) {
+			ct_fill(x, (size_t)T * K, 1.0f);
+			ct_round_bf16(x, (size_t)T * K);
+			ct_pair_set(&px, x);
+			assert_int_equal(kt_matmul(ct_cpu, &py.c, &px.c, &pw.c, &pb.c), 0);
+			assert_int_equal(kt_graph(ct_gpu, 0x6e3e0000u + (uint64_t)T, record_matmul,
+						  &m), 0);
+			ct_pair_get(&py, yc, yg);
+			snprintf(what, sizeof what, "matmul T %d in a graph, %s", T,
+				 round ? "replayed" : "recorded");
+			ct_compare(what, yg, yc, (size_t)T * N, INFINITY, 1e-8);
+		}
+		ct_pair_free(&px);
+		ct_pair_free(&pw);
+		ct_pair_free(&pb);
+		ct_pair_free(&py);
+		free(x);
+		free(w);
+		free(b);
+		free(yc);
+		free(yg);
+	}
 }
 
 static void test_bad_arguments(void **state)
@@ -487,7 +671,11 @@ int main(void)
 		cmocka_unit_test(test_swiglu_add),
 		cmocka_unit_test(test_rmsnorm),
 		cmocka_unit_test(test_rope),
+		cmocka_unit_test(test_rope_bad_position),
 		cmocka_unit_test(test_matmul),
+		cmocka_unit_test(test_matmul_gemv),
+		cmocka_unit_test(test_matmul_batch_invariance),
+		cmocka_unit_test(test_matmul_graph),
 		cmocka_unit_test(test_bad_arguments),
 	};
 

@@ -1,0 +1,310 @@
+/* Building blocks of the paged attention kernels: the step metadata as the
+ * device sees it, and the tensor-core tile step that the decode and prefill
+ * kernels share (cuda_attention_decode.cuh, cuda_attention_prefill.cuh).
+ *
+ * Tile step. A warp owns 16 query rows (q rows as bf16 A fragments of
+ * mma.sync m16n8k16) and an online-softmax state: running max m (log2
+ * domain), partial sum l and an f32 accumulator o [16, D]. One step folds NK
+ * keys whose K and V rows sit in shared memory (bf16, rows of D + 8 values so
+ * that the 8 rows one ldmatrix phase reads fall in distinct banks):
+ *   S = q Kᵀ (f32 accumulate), masked per row, scaled by scale·log2 e;
+ *   m' = max(m, rowmax S); o, l *= 2^(m - m'); P = 2^(S - m');
+ *   l += rowsum P; o += bf16(P) V.
+ * The fragment layouts are the PTX ones for m16n8k16 (row g = lane / 4 and
+ * g + 8, columns 2 (lane % 4) + {0, 1} of each 8-wide n-tile); the S
+ * accumulators of two adjacent key n-tiles are exactly the A fragment of P
+ * for the next product, so P never leaves registers.
+ *
+ * K/V tiles come through the block table with cp.async (16 bytes a thread);
+ * a key past the end or in a block whose id is out of range is zero-filled
+ * (so 0 · V stays finite), and a bad id is recorded for the caller.
+ */
+#ifndef ATLAS_KERNELS_CUDA_ATTENTION_COMMON_CUH
+#define ATLAS_KERNELS_CUDA_ATTENTION_COMMON_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_reduce.cuh"
+
+/* Keys per shared-memory stage of the tensor-core kernels. */
+#define ATT_TILE 64
+
+/* scale · log2(e): scores are kept in the log2 domain so that softmax uses ex2. */
+#define ATT_LOG2E 1.4426950408889634f
+
+/* Where the rows of one step live, as the kernels see them. */
+struct paged_kv {
+	const int32_t *pos, *seq; /* [T] */
+	const int32_t *bt;        /* [bt_rows, bt_cols] */
+	int64_t bt_rows, bt_cols;
+	int64_t n_blocks;         /* cache rows / bs */
+	int64_t row_len;          /* cache cols: n_kv * D */
+	int bs;                   /* block_size */
+};
+
+/* Token t's sequence blocks, or NULL when its slot or position is out of
+ * range (position at most max_pos). */
+__device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64_t t,
+						       int32_t max_pos)
+{
+	const int32_t p = kv.pos[t], s = kv.seq[t];
+
+	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
+		return NULL;
+	return kv.bt + (int64_t)s * kv.bt_cols;
+}
+
+/* Cache row of position p, or -1 when its block id is out of range. */
+__device__ __forceinline__ int64_t cache_row(const paged_kv &kv, const int32_t *blocks,
+					     int32_t p)
+{
+	const int32_t blk = blocks[p / kv.bs];
+
+	if (blk < 0 || blk >= kv.n_blocks)
+		return -1;
+	return (int64_t)blk * kv.bs + p % kv.bs;
+}
+
+/* Shared-memory geometry of one K (or V) tile of ATT_TILE rows. */
+template <int D> struct att_geom {
+	static constexpr int row_bytes = (D + 8) * 2;
+	static constexpr int tile_bytes = ATT_TILE * row_bytes;
+	static constexpr int stage_bytes = 2 * tile_bytes; /* K then V */
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared; zero-filled (nothing read) when !valid. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+		     "r"(valid ? 16 : 0)
+		     : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most n committed groups of this thread are in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4])
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr)
+		     : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4])
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr)
+		     : "memory");
+}
+
+/* c += a · b for one m16n8k16 tile, bf16 inputs, f32 accumulators. */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+					 uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+	    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* lo in the low half (the smaller column index), both rounded to nearest even. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+	const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+
+	return *(const uint32_t *)&v;
+}
+
+/* 2^x (ex2.approx: relative error about 2^-22; 2^-inf = 0). */
+__device__ __forceinline__ float exp2_fast(float x)
+{
+	float y;
+
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
+/* One warp's 16 query rows and their online-softmax state (see the top). */
+template <int D> struct warp_rows {
+	uint32_t q[D / 16][4]; /* A fragments of q in bf16, one per 16-dim k-step */
+	float o[D / 8][4];     /* accumulator, one m16n8 tile per 8 output dims */
+	float m[2], l[2];      /* rows g and g + 8: running max (log2 domain), partial sum */
+};
+
+/* Load this thread's part of the q rows (q0: row g, q1: row g + 8, NULL for
+ * a padding row, which reads as zeros) and reset the state. */
+template <int D>
+__device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0, const float *q1)
+{
+	const int c = 2 * (threadIdx.x & 3);
+
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+		const float2 z = make_float2(0.0f, 0.0f);
+		const float2 x0 = q0 ? *(const float2 *)(q0 + 16 * kk + c) : z;
+		const float2 x1 = q1 ? *(const float2 *)(q1 + 16 * kk + c) : z;
+		const float2 x2 = q0 ? *(const float2 *)(q0 + 16 * kk + 8 + c) : z;
+		const float2 x3 = q1 ? *(const float2 *)(q1 + 16 * kk + 8 + c) : z;
+
+		w.q[kk][0] = pack_bf16(x0.x, x0.y);
+		w.q[kk][1] = pack_bf16(x1.x, x1.y);
+		w.q[kk][2] = pack_bf16(x2.x, x2.y);
+		w.q[kk][3] = pack_bf16(x3.x, x3.y);
+	}
+#pragma unroll
+	for (int i = 0; i < D / 8; i++)
+		w.o[i][0] = w.o[i][1] = w.o[i][2] = w.o[i][3] = 0.0f;
+	w.m[0] = w.m[1] = -INFINITY;
+	w.l[0] = w.l[1] = 0.0f;
+}
+
+/* Fold NK keys into w: their K and V rows start at shared addresses ks and
+ * vs, key i of them is position key0 + i, and row g (g + 8) may see
+ * positions up to lim0 (lim1); sl2 = scale · log2 e. */
+template <int D, int NK>
+__device__ __forceinline__ void warp_attend(warp_rows<D> &w, uint32_t ks, uint32_t vs, int key0,
+					    int lim0, int lim1, float sl2)
+{
+	constexpr int RB = att_geom<D>::row_bytes;
+	const int lane = threadIdx.x & 31, mat = lane >> 3, r8 = lane & 7;
+	const int c0 = key0 + 2 * (lane & 3);
+	float s[NK / 8][4], mx[2] = { -INFINITY, -INFINITY }, base[2];
+
+	/* This lane's ldmatrix row address: K tiles are read as [key][dim] 8x8
+	 * matrices (B of S = q Kᵀ), V tiles transposed (B of o = P V). */
+	ks += ((mat >> 1) * 8 + r8) * RB + (mat & 1) * 16;
+	vs += ((mat & 1) * 8 + r8) * RB + (mat >> 1) * 16;
+
+#pragma unroll
+	for (int i = 0; i < NK / 8; i++)
+		s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+		for (int np = 0; np < NK / 16; np++) {
+			uint32_t b[4];
+
+			ldsm_x4(ks + 16 * np * RB + 32 * kk, b);
+			mma_bf16(s[2 * np], w.q[kk], b[0], b[1]);
+			mma_bf16(s[2 * np + 1], w.q[kk], b[2], b[3]);
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < NK / 8; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int j = c0 + 8 * i + (e & 1);
+			const float v = j <= (e < 2 ? lim0 : lim1) ? s[i][e] * sl2 : -INFINITY;
+
+			s[i][e] = v;
+			mx[e >> 1] = fmaxf(mx[e >> 1], v);
+		}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float mn, corr;
+
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 1));
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 2));
+		mn = fmaxf(w.m[r], mx[r]);
+		base[r] = mn == -INFINITY ? 0.0f : mn;
+		corr = exp2_fast(w.m[r] - base[r]);
+		w.m[r] = mn;
+		w.l[r] *= corr;
+#pragma unroll
+		for (int i = 0; i < D / 8; i++) {
+			w.o[i][2 * r] *= corr;
+			w.o[i][2 * r + 1] *= corr;
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < NK / 8; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			s[i][e] = exp2_fast(s[i][e] - base[e >> 1]);
+			w.l[e >> 1] += s[i][e];
+		}
+#pragma unroll
+	for (int kk = 0; kk < NK / 16; kk++) {
+		const uint32_t a[4] = { pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+					pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+					pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+					pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
+
+#pragma unroll
+		for (int np = 0; np < D / 16; np++) {
+			uint32_t b[4];
+
+			ldsm_x4_trans(vs + 16 * kk * RB + 32 * np, b);
+			mma_bf16(w.o[2 * np], a, b[0], b[1]);
+			mma_bf16(w.o[2 * np + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+/* Sum the partial l of the 4 threads that share a row. */
+template <int D> __device__ __forceinline__ void warp_rows_finish(warp_rows<D> &w)
+{
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		w.l[r] += __shfl_xor_sync(FULL_WARP, w.l[r], 1);
+		w.l[r] += __shfl_xor_sync(FULL_WARP, w.l[r], 2);
+	}
+}
+
+/* Copy the K and V rows of keys [key0, key0 + ATT_TILE) of kv head kvh into
+ * the shared tiles ks, vs (NT threads, thread tid). Keys at or past key_end
+ * are zero-filled; a key in a block whose id is out of range too, and the
+ * smallest such key goes to *bad_from (shared, atomicMin). */
+template <int D, int NT>
+__device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
+					     const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+					     const int32_t *blocks, const paged_kv &kv, int kvh,
+					     int key0, int key_end, int *bad_from)
+{
+	constexpr int CPR = D / 8; /* 16-byte chunks per row */
+	constexpr int RB = att_geom<D>::row_bytes;
+
+	static_assert(ATT_TILE * CPR % NT == 0, "whole chunks per thread");
+#pragma unroll
+	for (int i = 0; i < ATT_TILE * CPR / NT; i++) {
+		const int c = (int)threadIdx.x + i * NT;
+		const int row = c / CPR, col = c % CPR, j = key0 + row;
+		int64_t off = 0;
+		bool ok = false;
+
+		if (j < key_end) {
+			const int32_t blk = blocks[j / kv.bs];
+
+			if (blk >= 0 && blk < kv.n_blocks) {
+				off = ((int64_t)blk * kv.bs + j % kv.bs) * kv.row_len +
+				      (int64_t)kvh * D + col * 8;
+				ok = true;
+			} else {
+				atomicMin(bad_from, j);
+			}
+		}
+		cp_async16(ks + row * RB + col * 16, kc + off, ok);
+		cp_async16(vs + row * RB + col * 16, vc + off, ok);
+	}
+}
+
+#endif

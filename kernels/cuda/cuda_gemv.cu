@@ -1,0 +1,264 @@
+/* Small-batch y = x · wᵀ (+ bias) with bf16 weights: a tensor-core GEMV that
+ * reads w once, without the x -> bf16 launch of the cuBLAS path
+ * (dev/cuda/gemv_lab.cu and dev/cuda/README.md hold the measurements).
+ *
+ * Layout: x [T, K] f32 (T <= CUDA_GEMV_MAX_T), w [N, K] bf16, y [T, N] f32,
+ * bias NULL or [1, N] f32 or bf16.
+ *
+ * Arithmetic: the function of the cuBLAS path: x rounded to bf16 (here in
+ * registers), bf16 × bf16 products exact in f32, f32 accumulation, then
+ * + bias. Only the summation order differs.
+ *
+ * Launch: a block of GEMV_WARPS warps owns a tile of 8·NT rows of w; warp v
+ * takes the k-steps v, v + GEMV_WARPS, ... of GEMV_KSTEP values. A lane
+ * (g, q) = (lane / 4, lane % 4) handles row g of each n-tile: per 16-byte
+ * vector, 8 values of w at k = step + 32·j + 8·q (j < GEMV_U) and the 8
+ * matching values of x for tokens g (and g + 8). w reaches the lane through
+ * a ring of D = 8 / NT vectors in shared memory filled by cp.async, D - 1
+ * vectors ahead (4 KB a warp in flight, whatever the register allocation);
+ * x is loaded one vector ahead. An mma.sync m16n8k16 takes tokens as M and
+ * rows of w as N; a lane's 8 values feed two mmas whose k order is a
+ * permutation of the loaded order, the same for x and w (A and B fragments
+ * hold a lane's k pairs {2q, 2q+1} and {2q+8, 2q+9}: physical 8q..8q+3 for
+ * the first mma, 8q+4..8q+7 for the second), so no shuffle is needed. The
+ * ring is private to its warp and a lane reads back only what it copied, so
+ * the only barrier is the one before the warps' partial tiles are summed in
+ * shared memory, in warp order, before the bias.
+ *
+ * Determinism: every output's order of operations depends on K alone: the
+ * k-steps of a warp, the mmas of a vector, the warp sum and the bias come in
+ * the same order whatever T, NT or the other rows are, and an mma's element
+ * (token, row) depends only on that token's x and that row's w. A row of x
+ * therefore gets the same bits for every T up to CUDA_GEMV_MAX_T.
+ */
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_gemv.h"
+
+#define GEMV_WARPS 8
+#define GEMV_U 4                               /* vectors of a lane per row and k-step */
+#define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
+#define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
+#define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *g, bool ok)
+{
+	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+
+	/* .cg: w streams past L1, where x stays; src-size 0 writes zeros */
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g),
+		     "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
+__device__ __forceinline__ void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Wait until at most P of this thread's cp.async groups are in flight. */
+template <int P> __device__ __forceinline__ void cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;" ::"n"(P) : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+
+	return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* c += a · b: a 16×16 (row major), b 16×8 (column major), bf16, f32 accumulate. */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+					 uint32_t a3, uint32_t b0, uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The 8 x values of token row xr at k (0 past T or K). */
+__device__ __forceinline__ void load_x(float4 (&xv)[2], const float *xr, bool ok, int k, int K)
+{
+	if (ok && k < K) {
+		xv[0] = __ldg((const float4 *)(xr + k));
+		xv[1] = __ldg((const float4 *)(xr + k) + 1);
+	} else {
+		xv[0] = xv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+}
+
+/* TT bounds T: 8 (the lower half of one token tile) or 16 (one tile). The
+ * explicit 1 block per multiprocessor lets ptxas keep more loads ahead (77
+ * registers instead of 62 at TT = 16): 20% faster at 16 tokens on the
+ * Qwen3-8B MLP shapes, the same at 8. */
+template <int NT, int TT, typename B>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
+gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloat16 *__restrict__ w,
+	    const B *__restrict__ bias, int T, int N, int K)
+{
+	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
+	static_assert(TT == 8 || TT == 16, "one token tile at most");
+	static_assert(E <= D * NT * 32 * 4, "a warp's partial tile fits in its ring");
+	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
+	const int kw = warp * GEMV_KSTEP + 8 * q;
+	const int nv = K > warp * GEMV_KSTEP
+			       ? (K - warp * GEMV_KSTEP + GEMV_KBLOCK - 1) / GEMV_KBLOCK * GEMV_U
+			       : 0;
+	float acc[NT][4];
+	const __nv_bfloat16 *wr[NT];
+	const float *xr[HALVES];
+	bool wok[NT], xok[HALVES];
+	float4 xn[HALVES][2];
+
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		const int64_t r = n0 + nt * 8 + g;
+
+		wok[nt] = r < N;
+		wr[nt] = w + (wok[nt] ? r : 0) * K;
+		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+	}
+#pragma unroll
+	for (int h = 0; h < HALVES; h++) {
+		xok[h] = h * 8 + g < T;
+		xr[h] = x + (int64_t)(xok[h] ? h * 8 + g : 0) * K;
+	}
+	/* k of this lane's vector v */
+	auto kof = [&](int v) { return kw + v / GEMV_U * GEMV_KBLOCK + v % GEMV_U * 32; };
+	/* one commit group per vector, empty past the end, so that cp_wait counts vectors */
+	auto issue = [&](int v) {
+		if (v < nv) {
+			const int k = kof(v);
+
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				const bool ok = wok[nt] && k < K;
+
+				cp_async16(&ring[warp][v % D][nt][lane], ok ? wr[nt] + k : w, ok);
+			}
+		}
+		cp_commit();
+	};
+
+#pragma unroll
+	for (int d = 0; d < D - 1; d++)
+		issue(d);
+#pragma unroll
+	for (int h = 0; h < HALVES; h++)
+		load_x(xn[h], xr[h], xok[h] && nv > 0, kof(0), K);
+	for (int v = 0; v < nv; v++) {
+		uint32_t xa[HALVES][4];
+		uint4 wv[NT];
+
+		issue(v + D - 1);
+#pragma unroll
+		for (int h = 0; h < HALVES; h++) {
+			xa[h][0] = pack_bf16(xn[h][0].x, xn[h][0].y);
+			xa[h][1] = pack_bf16(xn[h][0].z, xn[h][0].w);
+			xa[h][2] = pack_bf16(xn[h][1].x, xn[h][1].y);
+			xa[h][3] = pack_bf16(xn[h][1].z, xn[h][1].w);
+			load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
+		}
+		cp_wait<D - 1>();
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+			wv[nt] = ring[warp][v % D][nt][lane];
+#pragma unroll
+		for (int s = 0; s < 2; s++) {
+			const uint32_t a0 = xa[0][2 * s], a2 = xa[0][2 * s + 1];
+			const uint32_t a1 = HALVES > 1 ? xa[HALVES - 1][2 * s] : 0;
+			const uint32_t a3 = HALVES > 1 ? xa[HALVES - 1][2 * s + 1] : 0;
+
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++)
+				mma_bf16(acc[nt], a0, a1, a2, a3, s ? wv[nt].z : wv[nt].x,
+					 s ? wv[nt].w : wv[nt].y);
+		}
+	}
+	/* The warp's partial tile over its own (now idle) ring; accumulator c of
+	 * lane l: token (l >> 2) + 8·(c >= 2), row 2·(l & 3) + (c & 1). */
+	cp_wait<0>();
+	__syncwarp();
+	{
+		float *part = (float *)&ring[warp][0][0][0];
+
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+				part[(nt * 4 + c) * 32 + lane] = acc[nt][c];
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < E; i += blockDim.x) {
+		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
+		const int t = (l >> 2) + (c >= 2 ? 8 : 0);
+		const int64_t r = n0 + nt * 8 + 2 * (l & 3) + (c & 1);
+
+		if (t < T && r < N) {
+			float s = 0.0f;
+
+#pragma unroll
+			for (int v = 0; v < GEMV_WARPS; v++)
+				s += ((const float *)&ring[v][0][0][0])[i];
+			if (bias)
+				s += widen(bias[r]);
+			y[(int64_t)t * N + r] = s;
+		}
+	}
+}
+
+template <int NT, int TT, typename B>
+static int launch_tt(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
+		     const B *bias, int T, int N, int K)
+{
+	const unsigned blocks = (unsigned)(((int64_t)N + 8 * NT - 1) / (8 * NT));
+
+	gemv_kernel<NT, TT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(y, x, w, bias, T, N, K);
+	CU_LAUNCHED();
+	return 0;
+}
+
+/* The tile shape; it changes the launch, never the arithmetic of an output.
+ * Rows of w a block: 8 (NT = 1) keep the most blocks in flight; 16 (NT = 2)
+ * read x half as often, which pays above 8 tokens (a full mma token tile)
+ * once N gives enough blocks (measured on an H100: dev/cuda/README.md). */
+#define GEMV_NT2_MIN_N 2048
+
+template <typename B>
+static int launch(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
+		  const B *bias, int T, int N, int K)
+{
+	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
+	if (T <= 8)
+		return launch_tt<1, 8>(cu, y, x, w, bias, T, N, K);
+	if (N < GEMV_NT2_MIN_N)
+		return launch_tt<1, 16>(cu, y, x, w, bias, T, N, K);
+	return launch_tt<2, 16>(cu, y, x, w, bias, T, N, K);
+}
+
+bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)
+{
+	return w->dtype == KT_BF16 && x->rows >= 1 && x->rows <= CUDA_GEMV_MAX_T &&
+	       x->cols % 8 == 0 && ((uintptr_t)x->data % 16) == 0 &&
+	       ((uintptr_t)w->data % 16) == 0;
+}
+
+int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct kt_tensor *x,
+	      const struct kt_tensor *w, const struct kt_tensor *bias)
+{
+	float *yd = (float *)y->data;
+	const float *xd = (const float *)x->data;
+	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
+	const int T = (int)x->rows, N = (int)w->rows, K = (int)x->cols;
+
+	if (!bias)
+		return launch(cu, yd, xd, wd, (const float *)NULL, T, N, K);
+	if (bias->dtype == KT_BF16)
+		return launch(cu, yd, xd, wd, (const __nv_bfloat16 *)bias->data, T, N, K);
+	return launch(cu, yd, xd, wd, (const float *)bias->data, T, N, K);
+}
