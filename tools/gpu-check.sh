@@ -10,7 +10,8 @@
 # 1. meson test, every suite: backend = auto picks the GPU wherever a test
 #    opens the engine with the defaults (cli, fs, default_model), and the gpu
 #    suite checks every cuda op against the cpu backend;
-# 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda;
+# 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda, on
+#    each of the five transformers test models;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
 # 4. atlas bench on the default model.
 # Logs go to $OUT when it is set. The exit status is the number of failed parts.
@@ -35,10 +36,13 @@ grep -E "^ *[0-9]+/[0-9]+ " "$out/test.log" | grep -vE " OK | SKIP "
 grep -E "^(Ok|Fail|Skipped|Timeout):" "$out/test.log"
 cp $build/meson-logs/testlog.txt "$out/testlog.txt"
 
-part engine invariants on cuda
-ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_engine tests/fidelity/models/qwen3_f32_gqa_tied \
-	>"$out/engine-cuda.log" 2>&1 || failed=$((failed + 1))
-grep -E "^\[ *(OK|FAILED|PASSED|  ERROR) " "$out/engine-cuda.log"
+part engine invariants on cuda, every fidelity model
+for m in tests/fidelity/models/*/; do
+	m=${m%/}
+	ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_engine "$m" \
+		>"$out/engine-cuda-${m##*/}.log" 2>&1 || failed=$((failed + 1))
+	echo "${m##*/}: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/engine-cuda-${m##*/}.log" | tr '\n' ' ')"
+done
 
 # The cuda backend multiplies bf16 weights by bf16-rounded activations and
 # keeps K and V in bf16: transformers' own bf16 run differs from its float32

@@ -148,6 +148,8 @@ static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
 		set(s[i], "mode", "raw");
 		set(s[i], "temperature", "0");
 		set(s[i], "max_tokens", mt);
+		/* every turn runs max_tokens steps, whatever model is given */
+		set(s[i], "ignore_eos", "1");
 	}
 	for (int i = 0; i < N_PROMPTS; i++) {
 		int32_t ids[128];
@@ -237,11 +239,13 @@ static void test_preemption_recomputes_the_same(void **state)
 }
 
 /* The cuda backend's logits of one position may differ with the step's
- * shape in their last bits: a chunk of a few rows takes the bandwidth-bound
- * matmul kernel and a bigger one cuBLAS, and attention tiles differ. Seen on
- * an H100: below 1e-3. The tolerance leaves room, and the argmax must agree
- * wherever the top two are further apart than twice it. */
-#define CUDA_CHUNK_LOGITS_TOL 1e-2f
+ * shape: a chunk of a few rows takes the bandwidth-bound matmul kernel and a
+ * bigger one cuBLAS, both on bf16-rounded activations, and attention rounds
+ * its probabilities to bf16 in tiles that follow the chunks. Seen on an H100
+ * (2026-11-22): up to 0.0106 between chunks of 32 and of 3, where the logits
+ * differ from transformers' f32 ones by up to 0.15. The argmax must agree
+ * wherever the top two are further apart than twice the tolerance. */
+#define CUDA_CHUNK_LOGITS_TOL 0.05f
 
 static void assert_logits_agree(const float *a, const float *b, int n, int vocab)
 {

@@ -42,7 +42,8 @@ static const char usage[] =
 	"  --batch B,...       decode batch sizes at the short context (default 1,8,32,64,128)\n"
 	"  --context N         the long context of decode, 0 for none (default 8192)\n"
 	"  --context-batch B,...\n"
-	"                      decode batch sizes at the long context (default 1,8,32)\n"
+	"                      decode batch sizes at the long context (default\n"
+	"                      1,8,32,64,128; those whose KV does not fit are skipped)\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
@@ -416,7 +417,7 @@ int cmd_bench(int argc, char **argv)
 		return cli_fail(argv[0], "out of memory");
 	*b = (struct bench){ .cmd = argv[0], .n_prompts = 3, .prompts = { 512, 2048, 8192 },
 			     .n_batches = 5, .batches = { 1, 8, 32, 64, 128 },
-			     .n_long_batches = 3, .long_batches = { 1, 8, 32 },
+			     .n_long_batches = 5, .long_batches = { 1, 8, 32, 64, 128 },
 			     .long_context = 8192, .gen_tokens = 128 };
 	bool help = false;
 	int status = parse_args(argc, argv, b, &help);
