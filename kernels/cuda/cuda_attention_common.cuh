@@ -27,6 +27,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/cuda_async.cuh"
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_reduce.cuh"
 
@@ -75,30 +76,6 @@ template <int D> struct att_geom {
 	static constexpr int tile_bytes = ATT_TILE * row_bytes;
 	static constexpr int stage_bytes = 2 * tile_bytes; /* K then V */
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared; zero-filled (nothing read) when !valid. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-		     "r"(valid ? 16 : 0)
-		     : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Wait until at most n committed groups of this thread are in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4])
 {

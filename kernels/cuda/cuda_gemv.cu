@@ -32,6 +32,7 @@
  * therefore gets the same bits for every T up to CUDA_GEMV_MAX_T.
  */
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_async.cuh"
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_gemv.h"
 
@@ -40,27 +41,6 @@
 #define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
 #define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
 #define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *g, bool ok)
-{
-	const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-
-	/* .cg: w streams past L1, where x stays; src-size 0 writes zeros */
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g),
-		     "r"(ok ? 16 : 0)
-		     : "memory");
-}
-
-__device__ __forceinline__ void cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Wait until at most P of this thread's cp.async groups are in flight. */
-template <int P> __device__ __forceinline__ void cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;" ::"n"(P) : "memory");
-}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
@@ -130,7 +110,7 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	}
 	/* k of this lane's vector v */
 	auto kof = [&](int v) { return kw + v / GEMV_U * GEMV_KBLOCK + v % GEMV_U * 32; };
-	/* one commit group per vector, empty past the end, so that cp_wait counts vectors */
+	/* one commit group per vector, empty past the end, so that cp_async_wait counts vectors */
 	auto issue = [&](int v) {
 		if (v < nv) {
 			const int k = kof(v);
@@ -139,10 +119,11 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 			for (int nt = 0; nt < NT; nt++) {
 				const bool ok = wok[nt] && k < K;
 
-				cp_async16(&ring[warp][v % D][nt][lane], ok ? wr[nt] + k : w, ok);
+				cp_async16(smem_addr(&ring[warp][v % D][nt][lane]),
+					   ok ? wr[nt] + k : w, ok);
 			}
 		}
-		cp_commit();
+		cp_async_commit();
 	};
 
 #pragma unroll
@@ -164,7 +145,7 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 			xa[h][3] = pack_bf16(xn[h][1].z, xn[h][1].w);
 			load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
 		}
-		cp_wait<D - 1>();
+		cp_async_wait<D - 1>();
 #pragma unroll
 		for (int nt = 0; nt < NT; nt++)
 			wv[nt] = ring[warp][v % D][nt][lane];
@@ -182,7 +163,7 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	}
 	/* The warp's partial tile over its own (now idle) ring; accumulator c of
 	 * lane l: token (l >> 2) + 8·(c >= 2), row 2·(l & 3) + (c & 1). */
-	cp_wait<0>();
+	cp_async_wait<0>();
 	__syncwarp();
 	{
 		float *part = (float *)&ring[warp][0][0][0];
