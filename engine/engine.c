@@ -288,7 +288,7 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	uint64_t kv_bytes = 0;
 	if ((rc = alloc_step(e, err, errlen)) || (rc = kv_budget(e, &kv_bytes, err, errlen)))
 		return rc;
-	if ((rc = kv_pool_init(&e->kv, e->be, mc.n_layers, mc.n_kv_heads, mc.head_dim,
+	if ((rc = kv_pool_init(&e->kv, e->be, mc.n_attention_layers, mc.n_kv_heads, mc.head_dim,
 			       c->kv_block_size, kv_bytes, err, errlen)))
 		return rc;
 	return point_pad_slot(e);

@@ -59,8 +59,10 @@ struct forward_args {
 static int record_forward(void *ctx)
 {
 	struct forward_args *f = ctx;
-	return model_forward(f->model, &f->ids, &f->b, f->kv->k, f->kv->v, &f->out_rows,
-			     &f->logits);
+	const struct model_step s = { .ids = f->ids, .batch = f->b, .kcache = f->kv->k,
+				      .vcache = f->kv->v, .out_rows = f->out_rows,
+				      .logits = f->logits };
+	return model_forward(f->model, &s);
 }
 
 /* Fill the host side of kt_batch: the leading single-token sequences are

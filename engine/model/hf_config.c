@@ -5,7 +5,7 @@
  * rope_parameters object {rope_type, rope_theta, factor, ...} and dtype. Both
  * are read into the same struct model_config.
  */
-#include "engine/model/model.h"
+#include "engine/model/internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,14 +14,10 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "engine/model/family.h"
+#include "engine/model/hf_json.h"
 
-/* A parsed JSON file and its path, for messages. */
-struct json_file {
-	char path[4096];
-	json_t *root;
-};
-
-static int load_json(const char *dir, const char *name, bool required, struct json_file *f,
+static int load_json(const char *dir, const char *name, bool required, struct hf_json *f,
 		     char *err, size_t errlen)
 {
 	json_error_t je;
@@ -47,72 +43,13 @@ static int load_json(const char *dir, const char *name, bool required, struct js
 	return 0;
 }
 
-/* A JSON value that is absent or null counts as absent. */
-static json_t *get(json_t *obj, const char *key)
+/* architectures[0], or model_type when there is no list, picks the table row. */
+static int parse_architecture(const struct hf_json *f, struct model_config *cfg, int *variant,
+			      char *err, size_t errlen)
 {
-	json_t *v = obj ? json_object_get(obj, key) : NULL;
-	return json_is_null(v) ? NULL : v;
-}
-
-static int get_int(const struct json_file *f, json_t *obj, const char *key, bool required,
-		   int def, int *out, char *err, size_t errlen)
-{
-	json_t *v = get(obj, key);
-	if (!v) {
-		if (required)
-			return atlas_errf(err, errlen, -EINVAL, "%s: key %s: missing", f->path,
-					  key);
-		*out = def;
-		return 0;
-	}
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-		return atlas_errf(err, errlen, -EINVAL, "%s: key %s: not a non-negative integer",
-				  f->path, key);
-	*out = (int)json_integer_value(v);
-	return 0;
-}
-
-static int get_double(const struct json_file *f, json_t *obj, const char *key, bool required,
-		      double def, double *out, char *err, size_t errlen)
-{
-	json_t *v = get(obj, key);
-	if (!v) {
-		if (required)
-			return atlas_errf(err, errlen, -EINVAL, "%s: key %s: missing", f->path,
-					  key);
-		*out = def;
-		return 0;
-	}
-	if (!json_is_number(v))
-		return atlas_errf(err, errlen, -EINVAL, "%s: key %s: not a number", f->path, key);
-	*out = json_number_value(v);
-	return 0;
-}
-
-static int get_bool(const struct json_file *f, json_t *obj, const char *key, bool def, bool *out,
-		    char *err, size_t errlen)
-{
-	json_t *v = get(obj, key);
-	if (!v) {
-		*out = def;
-		return 0;
-	}
-	if (!json_is_boolean(v))
-		return atlas_errf(err, errlen, -EINVAL, "%s: key %s: not true or false", f->path,
-				  key);
-	*out = json_is_true(v);
-	return 0;
-}
-
-static int parse_architecture(const struct json_file *f, struct model_config *cfg, char *err,
-			      size_t errlen)
-{
-	static const struct { const char *arch, *model_type; enum model_family family; } known[] = {
-		{ "Qwen3ForCausalLM", "qwen3", MODEL_QWEN3 },
-		{ "LlamaForCausalLM", "llama", MODEL_LLAMA },
-	};
-	json_t *archs = get(f->root, "architectures");
-	const char *name = NULL, *key = "architectures";
+	json_t *archs = hf_get(f->root, "architectures");
+	const struct model_arch *row;
+	const char *name;
 
 	if (archs) {
 		if (!json_is_array(archs) || json_array_size(archs) != 1 ||
@@ -121,38 +58,35 @@ static int parse_architecture(const struct json_file *f, struct model_config *cf
 					  "%s: key architectures: want a list of one name",
 					  f->path);
 		name = json_string_value(json_array_get(archs, 0));
-	} else if (json_is_string(get(f->root, "model_type"))) {
-		key = "model_type";
-		const char *type = json_string_value(get(f->root, "model_type"));
-		for (size_t i = 0; i < ATLAS_ARRAY_LEN(known); i++)
-			if (strcmp(type, known[i].model_type) == 0)
-				name = known[i].arch;
-		if (!name)
+		row = model_arch_find(name, NULL);
+		if (!row)
 			return atlas_errf(err, errlen, -ENOTSUP,
-					  "%s: key model_type: %s is not supported (qwen3, llama)",
-					  f->path, type);
+					  "%s: key architectures: %s is not supported (%s)", f->path,
+					  name, model_arch_names());
+	} else if (json_is_string(hf_get(f->root, "model_type"))) {
+		name = json_string_value(hf_get(f->root, "model_type"));
+		row = model_arch_find(NULL, name);
+		if (!row)
+			return atlas_errf(err, errlen, -ENOTSUP,
+					  "%s: key model_type: %s is not supported (%s)", f->path,
+					  name, model_arch_names());
 	} else {
 		return atlas_errf(err, errlen, -EINVAL, "%s: key architectures: missing", f->path);
 	}
-	for (size_t i = 0; i < ATLAS_ARRAY_LEN(known); i++)
-		if (strcmp(name, known[i].arch) == 0) {
-			snprintf(cfg->architecture, sizeof cfg->architecture, "%s", name);
-			cfg->family = known[i].family;
-			return 0;
-		}
-	return atlas_errf(err, errlen, -ENOTSUP,
-			  "%s: key %s: %s is not supported (Qwen3ForCausalLM, LlamaForCausalLM)",
-			  f->path, key, name);
+	snprintf(cfg->architecture, sizeof cfg->architecture, "%s", row->architecture);
+	cfg->family = row->family;
+	*variant = row->variant;
+	return 0;
 }
 
-static int parse_dtype(const struct json_file *f, struct model_config *cfg, char *err,
+static int parse_dtype(const struct hf_json *f, struct model_config *cfg, char *err,
 		       size_t errlen)
 {
 	static const struct { const char *name; enum kt_dtype dtype; } names[] = {
 		{ "float32", KT_F32 }, { "bfloat16", KT_BF16 }, { "float16", KT_F16 },
 	};
-	const char *key = get(f->root, "dtype") ? "dtype" : "torch_dtype";
-	json_t *v = get(f->root, key);
+	const char *key = hf_get(f->root, "dtype") ? "dtype" : "torch_dtype";
+	json_t *v = hf_get(f->root, key);
 
 	cfg->dtype = KT_F32; /* torch's default when a config names none */
 	if (!v)
@@ -170,25 +104,25 @@ static int parse_dtype(const struct json_file *f, struct model_config *cfg, char
 
 /* The rotary settings: the object that holds rope_type and its parameters
  * (5.x rope_parameters, 4.x rope_scaling) and where rope_theta lives. */
-static int parse_rope(const struct json_file *f, struct model_config *cfg, char *err,
+static int parse_rope(const struct hf_json *f, struct model_config *cfg, char *err,
 		      size_t errlen)
 {
 	const char *obj_key = "rope_parameters";
-	json_t *rope = get(f->root, obj_key);
+	json_t *rope = hf_get(f->root, obj_key);
 	int rc;
 
-	if (rope && !get(rope, "rope_type") && !get(rope, "rope_theta") &&
-	    json_is_object(get(rope, "full_attention")))
-		rope = get(rope, "full_attention"); /* keyed by layer type */
+	if (rope && !hf_get(rope, "rope_type") && !hf_get(rope, "rope_theta") &&
+	    json_is_object(hf_get(rope, "full_attention")))
+		rope = hf_get(rope, "full_attention"); /* keyed by layer type */
 	if (!rope) {
 		obj_key = "rope_scaling";
-		rope = get(f->root, obj_key);
+		rope = hf_get(f->root, obj_key);
 	}
 	if (rope && !json_is_object(rope))
 		return atlas_errf(err, errlen, -EINVAL, "%s: key %s: not an object", f->path,
 				  obj_key);
 	/* rope_theta: in the rotary object (5.x), else at the top (4.x) */
-	rc = get_double(f, get(rope, "rope_theta") ? rope : f->root, "rope_theta", false, 10000.0,
+	rc = hf_double(f, hf_get(rope, "rope_theta") ? rope : f->root, "rope_theta", false, 10000.0,
 			&cfg->rope_theta, err, errlen);
 	if (rc)
 		return rc;
@@ -204,7 +138,7 @@ static int parse_rope(const struct json_file *f, struct model_config *cfg, char 
 		return 0;
 
 	double partial = 1.0;
-	rc = get_double(f, rope, "partial_rotary_factor", false, 1.0, &partial, err, errlen);
+	rc = hf_double(f, rope, "partial_rotary_factor", false, 1.0, &partial, err, errlen);
 	if (rc)
 		return rc;
 	if (partial != 1.0)
@@ -212,9 +146,9 @@ static int parse_rope(const struct json_file *f, struct model_config *cfg, char 
 				  "%s: key %s.partial_rotary_factor: only 1 is supported", f->path,
 				  obj_key);
 
-	json_t *type = get(rope, "rope_type");
+	json_t *type = hf_get(rope, "rope_type");
 	if (!type)
-		type = get(rope, "type"); /* the older spelling of rope_scaling */
+		type = hf_get(rope, "type"); /* the older spelling of rope_scaling */
 	const char *tname = type ? json_string_value(type) : "default";
 	if (!tname)
 		return atlas_errf(err, errlen, -EINVAL, "%s: key %s.rope_type: not a string",
@@ -233,12 +167,12 @@ static int parse_rope(const struct json_file *f, struct model_config *cfg, char 
 			  &cfg->rope_high_freq_factor };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(params); i++) {
 		snprintf(key, sizeof key, "%s.%s", obj_key, params[i]);
-		if (!json_is_number(get(rope, params[i])))
+		if (!json_is_number(hf_get(rope, params[i])))
 			return atlas_errf(err, errlen, -EINVAL,
 					  "%s: key %s: missing or not a number", f->path, key);
-		*dst[i] = json_number_value(get(rope, params[i]));
+		*dst[i] = json_number_value(hf_get(rope, params[i]));
 	}
-	json_t *omax = get(rope, "original_max_position_embeddings");
+	json_t *omax = hf_get(rope, "original_max_position_embeddings");
 	if (!json_is_integer(omax) || json_integer_value(omax) <= 0 ||
 	    json_integer_value(omax) > INT32_MAX)
 		return atlas_errf(err, errlen, -EINVAL,
@@ -255,11 +189,11 @@ static int parse_rope(const struct json_file *f, struct model_config *cfg, char 
 }
 
 /* eos_token_id: an integer or a list of them; bos_token_id: an integer. */
-static int parse_special_ids(const struct json_file *f, struct model_config *cfg, bool *have_eos,
+static int parse_special_ids(const struct hf_json *f, struct model_config *cfg, bool *have_eos,
 			     bool *have_bos, char *err, size_t errlen)
 {
-	json_t *eos = get(f->root, "eos_token_id");
-	json_t *bos = get(f->root, "bos_token_id");
+	json_t *eos = hf_get(f->root, "eos_token_id");
+	json_t *bos = hf_get(f->root, "bos_token_id");
 
 	if (eos && !*have_eos) {
 		size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
@@ -289,41 +223,43 @@ static int parse_special_ids(const struct json_file *f, struct model_config *cfg
 	return 0;
 }
 
-static int parse_sizes(const struct json_file *f, struct model_config *cfg, char *err,
+static int parse_sizes(const struct hf_json *f, struct model_config *cfg, char *err,
 		       size_t errlen)
 {
 	json_t *r = f->root;
 	int rc;
 
-	if ((rc = get_int(f, r, "vocab_size", true, 0, &cfg->vocab_size, err, errlen)) ||
-	    (rc = get_int(f, r, "hidden_size", true, 0, &cfg->hidden_size, err, errlen)) ||
-	    (rc = get_int(f, r, "intermediate_size", true, 0, &cfg->intermediate_size, err,
+	if ((rc = hf_int(f, r, "vocab_size", true, 0, &cfg->vocab_size, err, errlen)) ||
+	    (rc = hf_int(f, r, "hidden_size", true, 0, &cfg->hidden_size, err, errlen)) ||
+	    (rc = hf_int(f, r, "intermediate_size", true, 0, &cfg->intermediate_size, err,
 			  errlen)) ||
-	    (rc = get_int(f, r, "num_hidden_layers", true, 0, &cfg->n_layers, err, errlen)) ||
-	    (rc = get_int(f, r, "num_attention_heads", true, 0, &cfg->n_heads, err, errlen)))
+	    (rc = hf_int(f, r, "num_hidden_layers", true, 0, &cfg->n_layers, err, errlen)) ||
+	    (rc = hf_int(f, r, "num_attention_heads", true, 0, &cfg->n_heads, err, errlen)))
 		return rc;
 	if (cfg->n_heads == 0)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: key num_attention_heads: must be positive", f->path);
-	if ((rc = get_int(f, r, "num_key_value_heads", false, cfg->n_heads, &cfg->n_kv_heads, err,
+	if ((rc = hf_int(f, r, "num_key_value_heads", false, cfg->n_heads, &cfg->n_kv_heads, err,
 			  errlen)) ||
-	    (rc = get_int(f, r, "head_dim", false, cfg->hidden_size / cfg->n_heads, &cfg->head_dim,
+	    (rc = hf_int(f, r, "head_dim", false, cfg->hidden_size / cfg->n_heads, &cfg->head_dim,
 			  err, errlen)) ||
-	    (rc = get_int(f, r, "max_position_embeddings", false,
-			  cfg->family == MODEL_QWEN3 ? 32768 : 2048, &cfg->max_position_embeddings,
-			  err, errlen)))
+	    (rc = hf_int(f, r, "max_position_embeddings", false, 0,
+			 &cfg->max_position_embeddings, err, errlen)))
 		return rc;
 
 	static const char *const positive[] = { "vocab_size", "hidden_size", "intermediate_size",
 						"num_hidden_layers", "num_key_value_heads",
-						"head_dim", "max_position_embeddings" };
+						"head_dim" };
 	const int values[] = { cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size,
-			       cfg->n_layers, cfg->n_kv_heads, cfg->head_dim,
-			       cfg->max_position_embeddings };
+			       cfg->n_layers, cfg->n_kv_heads, cfg->head_dim };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(positive); i++)
 		if (values[i] <= 0)
 			return atlas_errf(err, errlen, -EINVAL, "%s: key %s: must be positive",
 					  f->path, positive[i]);
+	if (cfg->n_layers > MODEL_MAX_LAYERS)
+		return atlas_errf(err, errlen, -ENOTSUP,
+				  "%s: key num_hidden_layers: %d is more than %d", f->path,
+				  cfg->n_layers, MODEL_MAX_LAYERS);
 	if (cfg->n_heads % cfg->n_kv_heads)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: key num_key_value_heads: %d does not divide %d heads",
@@ -334,31 +270,55 @@ static int parse_sizes(const struct json_file *f, struct model_config *cfg, char
 	return 0;
 }
 
-static int parse_config(const struct json_file *f, struct model_config *cfg, char *err,
+/* What the family wrote: a context length and layer kinds that add up. */
+static int check_layers(const struct hf_json *f, const struct model_config *cfg, char *err,
+			size_t errlen)
+{
+	int count[2] = { 0, 0 };
+
+	if (cfg->max_position_embeddings <= 0)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: key max_position_embeddings: must be positive", f->path);
+	for (int l = 0; l < cfg->n_layers; l++) {
+		const struct model_layer *y = &cfg->layers[l];
+		if (y->mixer > MODEL_MIXER_LINEAR || y->cache != count[y->mixer]++)
+			return atlas_errf(err, errlen, -EINVAL,
+					  "%s: %s: layer %d: bad layer kind or cache index",
+					  f->path, cfg->architecture, l);
+	}
+	if (count[MODEL_MIXER_ATTENTION] != cfg->n_attention_layers ||
+	    count[MODEL_MIXER_LINEAR] != cfg->n_linear_layers ||
+	    (cfg->n_linear_layers > 0) != (cfg->linear_state_floats > 0))
+		return atlas_errf(err, errlen, -EINVAL, "%s: %s: layer counts do not add up",
+				  f->path, cfg->architecture);
+	return 0;
+}
+
+static int parse_config(const struct hf_json *f, struct model_config *cfg, char *err,
 			size_t errlen)
 {
 	json_t *r = f->root;
 	double eps;
-	int rc;
+	int variant = 0, rc;
 
-	if ((rc = parse_architecture(f, cfg, err, errlen)) ||
+	if ((rc = parse_architecture(f, cfg, &variant, err, errlen)) ||
 	    (rc = parse_sizes(f, cfg, err, errlen)) || (rc = parse_dtype(f, cfg, err, errlen)) ||
 	    (rc = parse_rope(f, cfg, err, errlen)))
 		return rc;
 
-	json_t *act = get(r, "hidden_act");
+	json_t *act = hf_get(r, "hidden_act");
 	if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
 		return atlas_errf(err, errlen, -ENOTSUP,
 				  "%s: key hidden_act: %s is not supported (silu)", f->path,
 				  json_is_string(act) ? json_string_value(act) : "(not a string)");
 
 	bool sliding = false;
-	if ((rc = get_double(f, r, "rms_norm_eps", false, 1e-6, &eps, err, errlen)) ||
-	    (rc = get_bool(f, r, "tie_word_embeddings", false, &cfg->tie_word_embeddings, err,
+	if ((rc = hf_double(f, r, "rms_norm_eps", false, 1e-6, &eps, err, errlen)) ||
+	    (rc = hf_bool(f, r, "tie_word_embeddings", false, &cfg->tie_word_embeddings, err,
 			   errlen)) ||
-	    (rc = get_bool(f, r, "attention_bias", false, &cfg->attention_bias, err, errlen)) ||
-	    (rc = get_bool(f, r, "mlp_bias", false, &cfg->mlp_bias, err, errlen)) ||
-	    (rc = get_bool(f, r, "use_sliding_window", false, &sliding, err, errlen)))
+	    (rc = hf_bool(f, r, "attention_bias", false, &cfg->attention_bias, err, errlen)) ||
+	    (rc = hf_bool(f, r, "mlp_bias", false, &cfg->mlp_bias, err, errlen)) ||
+	    (rc = hf_bool(f, r, "use_sliding_window", false, &sliding, err, errlen)))
 		return rc;
 	if (!(eps > 0))
 		return atlas_errf(err, errlen, -EINVAL, "%s: key rms_norm_eps: must be positive",
@@ -368,31 +328,39 @@ static int parse_config(const struct json_file *f, struct model_config *cfg, cha
 		return atlas_errf(err, errlen, -ENOTSUP,
 				  "%s: key use_sliding_window: sliding windows are not supported",
 				  f->path);
-	cfg->qk_norm = cfg->family == MODEL_QWEN3;
-	if (cfg->family == MODEL_QWEN3)
-		cfg->mlp_bias = false; /* Qwen3's MLP has no biases whatever the key says */
-	return 0;
+	if ((rc = cfg->family->parse_config(f, variant, cfg, err, errlen)))
+		return rc;
+	return check_layers(f, cfg, err, errlen);
 }
 
-int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen)
+int model_config_parse(const struct hf_json *conf, const struct hf_json *gen,
+		       struct model_config *cfg, char *err, size_t errlen)
 {
-	struct json_file conf, gen;
 	bool have_eos = false, have_bos = false;
 	int rc;
 
 	memset(cfg, 0, sizeof *cfg);
 	cfg->bos_token_id = -1;
+	rc = parse_config(conf, cfg, err, errlen);
+	if (!rc && gen)
+		rc = parse_special_ids(gen, cfg, &have_eos, &have_bos, err, errlen);
+	if (!rc)
+		rc = parse_special_ids(conf, cfg, &have_eos, &have_bos, err, errlen);
+	return rc;
+}
+
+int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen)
+{
+	struct hf_json conf, gen;
+	int rc;
+
 	rc = load_json(dir, "config.json", true, &conf, err, errlen);
 	if (rc)
 		return rc;
 	rc = load_json(dir, "generation_config.json", false, &gen, err, errlen);
 	if (rc)
 		goto out_conf;
-	rc = parse_config(&conf, cfg, err, errlen);
-	if (!rc && gen.root)
-		rc = parse_special_ids(&gen, cfg, &have_eos, &have_bos, err, errlen);
-	if (!rc)
-		rc = parse_special_ids(&conf, cfg, &have_eos, &have_bos, err, errlen);
+	rc = model_config_parse(&conf, gen.root ? &gen : NULL, cfg, err, errlen);
 	json_decref(gen.root);
 out_conf:
 	json_decref(conf.root);

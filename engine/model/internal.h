@@ -1,5 +1,5 @@
-/* Internals of engine/model/: the safetensors reader, the weight table and
- * struct model, shared by the loader and the forward pass. */
+/* Internals of engine/model/: the safetensors reader, weight binding and
+ * struct model, shared by the loader and the family folders. */
 #ifndef ATLAS_ENGINE_MODEL_INTERNAL_H
 #define ATLAS_ENGINE_MODEL_INTERNAL_H
 
@@ -47,34 +47,10 @@ void st_close(struct st_set *set);
 /* The tensor called name, or NULL. */
 struct st_tensor *st_find(struct st_set *set, const char *name);
 
-/* The weights of one decoder layer; an absent bias has data == NULL. Shapes
- * with Hq = n_heads, Hkv = n_kv_heads, D = head_dim, E = hidden, I = intermediate. */
-struct layer_weights {
-	struct kt_tensor attn_norm;     /* [1, E] */
-	struct kt_tensor wq, wk, wv;    /* [Hq*D, E], [Hkv*D, E], [Hkv*D, E] */
-	struct kt_tensor bq, bk, bv;    /* [1, Hq*D], [1, Hkv*D], [1, Hkv*D] (attention_bias) */
-	struct kt_tensor q_norm, k_norm;  /* [1, D] (qk_norm) */
-	struct kt_tensor wo, bo;        /* [E, Hq*D], [1, E] (attention_bias) */
-	struct kt_tensor ffn_norm;      /* [1, E] */
-	struct kt_tensor w_gate, w_up;  /* [I, E] */
-	struct kt_tensor w_down;        /* [E, I] */
-	struct kt_tensor b_gate, b_up, b_down;  /* [1, I], [1, I], [1, E] (mlp_bias) */
-};
+struct hf_json;
 
-/* Activations of one step, sized at load for max_tokens rows (max_out for
- * the logits side) and viewed per step with kt_rows(); all f32, owned. */
-struct scratch {
-	struct kt_tensor x;             /* [max_tokens, E] the residual stream */
-	struct kt_tensor xn;            /* [max_tokens, E] normed input of a block */
-	struct kt_tensor proj;          /* [max_tokens, E] output of o_proj / down_proj */
-	struct kt_tensor q;             /* [max_tokens, Hq*D] */
-	struct kt_tensor k, v;          /* [max_tokens, Hkv*D] */
-	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
-	struct kt_tensor gate, up;      /* [max_tokens, I] */
-	struct kt_tensor out_h;         /* [max_out, E] final hidden rows that get logits */
-	struct kt_tensor inv_freq;      /* [1, D/2] rotary inverse frequencies */
-};
-
+/* A loaded model: what every family shares. The family's own weights and
+ * scratch hang off family_data. */
 struct model {
 	struct model_config cfg;
 	struct kt_backend *be;          /* not owned */
@@ -82,27 +58,32 @@ struct model {
 					 * dummy weights */
 	uint16_t *dummy;                /* [dummy_n] random bf16 values while dummy weights load */
 	size_t dummy_n;
-	struct kt_tensor embed;         /* [V, E] */
-	struct kt_tensor final_norm;    /* [1, E] */
-	struct kt_tensor lm_head;       /* [V, E]; a copy of embed's handle when tied */
-	struct layer_weights *layers;   /* [n_layers] owned */
-	int n_weights;
-	struct kt_tensor **weights;     /* [n_weights] every bound weight, for info and freeing */
-	struct scratch s;
-	int max_tokens, max_out;
+	int n_weights, weights_cap;
+	struct kt_tensor **weights;     /* [n_weights] every bound weight, for info and freeing;
+					 * the tensors themselves live in family_data */
+	int max_tokens, max_out;        /* rows and logits rows of the largest step */
 	struct model_info info;
+	void *family_data;              /* owned by the family (load / free) */
 };
 
-/* Bind and upload every weight of m->cfg from m->st (weights.c). */
-int model_bind_weights(struct model *m, char *err, size_t errlen);
-void model_free_weights(struct model *m);
+/* config.json (and generation_config.json, or NULL) into cfg (hf_config.c);
+ * the dummy shapes build their JSON in memory and come through here too. */
+int model_config_parse(const struct hf_json *conf, const struct hf_json *gen,
+		       struct model_config *cfg, char *err, size_t errlen);
 
-/* The dense families (dense.c): scratch sized for max_tokens / max_out, and
- * one step as model_forward() describes it. */
-int dense_alloc_scratch(struct model *m, char *err, size_t errlen);
-void dense_free_scratch(struct model *m);
-int dense_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
-		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
-		  const struct kt_tensor *out_rows, const struct kt_tensor *logits);
+/* Find the tensor called name, check it and upload it into *dst: a matrix
+ * [rows, cols], or with rows == 0 a vector [cols] held as [1, cols]. A model
+ * without files (dummy) makes it instead: norms 1, biases 0, matrices
+ * random (weights.c). */
+int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
+	       int64_t cols, char *err, size_t errlen);
+/* model_bind of model.layers.<l>.<suffix>. */
+int model_bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
+		     int64_t rows, int64_t cols, char *err, size_t errlen);
+/* After the family bound everything: log the tensors nobody took and note
+ * the dtype that holds most of the bytes. */
+void model_bind_done(struct model *m);
+/* Free every bound weight. */
+void model_free_weights(struct model *m);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/model/family.h"
 
 /* Load from dir, or make dummy weights of the shape dir names (dummy). */
 static int load(const char *dir, bool dummy, struct kt_backend *be, int max_tokens,
@@ -28,8 +29,7 @@ static int load(const char *dir, bool dummy, struct kt_backend *be, int max_toke
 		rc = model_shape_config(dir, &m->cfg, err, errlen);
 	else if (!(rc = model_config_load(dir, &m->cfg, err, errlen)))
 		rc = st_open_dir(dir, &m->st, err, errlen);
-	if (rc || (rc = model_bind_weights(m, err, errlen)) ||
-	    (rc = dense_alloc_scratch(m, err, errlen))) {
+	if (rc || (rc = m->cfg.family->load(m, err, errlen))) {
 		model_free(m);
 		return rc;
 	}
@@ -57,8 +57,9 @@ void model_free(struct model *m)
 {
 	if (!m)
 		return;
-	dense_free_scratch(m);
 	model_free_weights(m);
+	if (m->cfg.family)
+		m->cfg.family->free(m);
 	st_close(m->st);
 	free(m);
 }
@@ -73,9 +74,7 @@ void model_get_info(const struct model *m, struct model_info *out)
 	*out = m->info;
 }
 
-int model_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
-		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
-		  const struct kt_tensor *out_rows, const struct kt_tensor *logits)
+int model_forward(struct model *m, const struct model_step *s)
 {
-	return dense_forward(m, ids, b, kcache, vcache, out_rows, logits);
+	return m->cfg.family->forward(m, s);
 }

@@ -1,12 +1,13 @@
 /* Models: Hugging Face configuration, safetensors weights and the forward pass.
  *
- * model_load() reads a model directory (config.json, generation_config.json,
- * model.safetensors or model-*.safetensors with model.safetensors.index.json),
- * memory-maps the weight files, checks every tensor's presence, dtype and
- * shape against the configuration, and hands each weight to the backend with
- * kt_weight(). Errors name the file and the tensor.
+ * model_config_load() reads config.json and generation_config.json; the
+ * architecture named there picks a family from the family table (family.h),
+ * which reads its own keys and lists the model's layer kinds. model_load()
+ * memory-maps the weight files and lets the family bind every tensor it needs,
+ * checking presence, dtype and shape against the configuration; errors name
+ * the file and the tensor.
  *
- * model_forward() runs one engine step: T tokens from any number of sequences,
+ * model_forward() runs one engine step: T rows from any number of sequences,
  * positions and cache rows given by a kt_batch; it writes their K/V into the
  * paged caches and produces logits for the rows the step asks for.
  */
@@ -20,13 +21,29 @@
 #include "kernels/backend.h"
 
 #define MODEL_MAX_EOS 8
+#define MODEL_MAX_LAYERS 512
 
-enum model_family { MODEL_QWEN3, MODEL_LLAMA };
 enum model_rope_type { MODEL_ROPE_DEFAULT, MODEL_ROPE_LLAMA3 };
+
+/* What a decoder layer mixes positions with. Attention layers keep paged K/V
+ * (one cache per attention layer); linear-attention layers keep a fixed-size
+ * recurrent state per sequence instead. */
+enum model_mixer { MODEL_MIXER_ATTENTION, MODEL_MIXER_LINEAR };
+/* What a decoder layer's MLP is. */
+enum model_mlp { MODEL_MLP_DENSE, MODEL_MLP_MOE };
+
+struct model_layer {
+	uint8_t mixer;                  /* enum model_mixer */
+	uint8_t mlp;                    /* enum model_mlp */
+	int16_t cache;                  /* index among the layers of its mixer kind: which paged
+					 * KV cache (attention) or recurrent state (linear) it owns */
+};
+
+struct model_family;
 
 struct model_config {
 	char architecture[64];          /* "Qwen3ForCausalLM", "LlamaForCausalLM" */
-	enum model_family family;
+	const struct model_family *family;  /* the family-table entry that runs it */
 	int vocab_size, hidden_size, intermediate_size;
 	int n_layers, n_heads, n_kv_heads, head_dim;
 	int max_position_embeddings;
@@ -43,6 +60,13 @@ struct model_config {
 	int32_t bos_token_id;           /* -1 if none */
 	int n_eos;
 	int32_t eos_token_ids[MODEL_MAX_EOS];  /* generation_config.json first, else config.json */
+
+	/* Layer kinds, set by the family. */
+	struct model_layer layers[MODEL_MAX_LAYERS];  /* [n_layers] */
+	int n_attention_layers;         /* layers with a paged KV cache */
+	int n_linear_layers;            /* layers with a recurrent state */
+	int64_t linear_state_floats;    /* f32 values of one sequence's state in one linear layer */
+	int n_mtp_layers;               /* multi-token-prediction layers of a draft head, 0 if none */
 };
 
 /* Parse dir/config.json (transformers 4.x and 5.x spellings) and
@@ -64,7 +88,7 @@ struct model_info {
 	char dtype[16];                 /* dtype of the weights in the files */
 };
 
-/* max_tokens: the most tokens model_forward will be given in one step, and
+/* max_tokens: the most rows model_forward will be given in one step, and
  * max_out the most logits rows; scratch activations are sized for them here. */
 int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
 	       struct model **out, char *err, size_t errlen);
@@ -81,12 +105,18 @@ const char *model_shape_names(void);
 const struct model_config *model_get_config(const struct model *m);
 void model_get_info(const struct model *m, struct model_info *out);
 
-/* One step. ids [T, 1] i32; b describes the tokens' positions and cache rows;
- * kcache[l], vcache[l] are layer l's paged caches; out_rows [n_out, 1] i32
- * picks which of the T rows produce logits, written to logits [n_out, vocab]
- * f32 (all tensors in backend memory). Asynchronous like every backend op. */
-int model_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
-		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
-		  const struct kt_tensor *out_rows, const struct kt_tensor *logits);
+/* One step's tensors, all in backend memory. */
+struct model_step {
+	struct kt_tensor ids;           /* [T, 1] i32: the token fed at each row */
+	struct kt_batch batch;          /* positions, sequence slots, block tables, the shape */
+	const struct kt_tensor *kcache; /* [n_attention_layers] paged K caches */
+	const struct kt_tensor *vcache; /* [n_attention_layers] paged V caches */
+	struct kt_tensor out_rows;      /* [n_out, 1] i32: the rows that produce logits */
+	struct kt_tensor logits;        /* [n_out, vocab] f32 */
+};
+
+/* Run one step: write the rows' K/V (and states) and the logits of
+ * s->out_rows. Asynchronous like every backend op. */
+int model_forward(struct model *m, const struct model_step *s);
 
 #endif

@@ -42,6 +42,21 @@ static int check_shape(const struct st_tensor *t, int64_t rows, int64_t cols, ch
 			  t->file, t->name, got, want);
 }
 
+/* Remember dst for model_info and for freeing. */
+static int note_weight(struct model *m, struct kt_tensor *dst)
+{
+	if (m->n_weights == m->weights_cap) {
+		int cap = m->weights_cap ? 2 * m->weights_cap : 64;
+		struct kt_tensor **w = realloc(m->weights, (size_t)cap * sizeof *w);
+		if (!w)
+			return -ENOMEM;
+		m->weights = w;
+		m->weights_cap = cap;
+	}
+	m->weights[m->n_weights++] = dst;
+	return 0;
+}
+
 /* bf16 bit patterns of 1.0 (the norm weights of dummy models). */
 #define BF16_ONE 0x3f80
 
@@ -92,17 +107,17 @@ static int bind_dummy(struct model *m, struct kt_tensor *dst, const char *name, 
 	if (rc)
 		return atlas_errf(err, errlen, rc, "dummy %s [%lld, %lld]: backend: %s", name,
 				  (long long)rows, (long long)cols, strerror(-rc));
-	m->weights[m->n_weights++] = dst;
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
 	m->info.parameters += n;
 	m->info.device_bytes += kt_nbytes(dst);
 	return 0;
 }
 
-/* Find name, check it and upload it into *dst: a matrix [rows, cols], or
- * with rows == 0 a vector [cols], which the backend holds as [1, cols].
- * A dummy model (no files) makes the tensor instead. */
-static int bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
-		int64_t cols, char *err, size_t errlen)
+int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
+	       int64_t cols, char *err, size_t errlen)
 {
 	if (!m->st)
 		return bind_dummy(m, dst, name, rows, cols, err, errlen);
@@ -123,71 +138,23 @@ static int bind(struct model *m, struct kt_tensor *dst, const char *name, int64_
 	if (rc)
 		return atlas_errf(err, errlen, rc, "%s: tensor %s: backend: %s", t->file, name,
 				  strerror(-rc));
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
 	t->bound = true;
-	m->weights[m->n_weights++] = dst;
 	m->info.parameters += (uint64_t)rows * (uint64_t)cols;
 	m->info.file_bytes += t->nbytes;
 	m->info.device_bytes += kt_nbytes(dst);
 	return 0;
 }
 
-/* Bind model.layers.<l>.<suffix>. */
-static int bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
-		      int64_t rows, int64_t cols, char *err, size_t errlen)
+int model_bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
+		     int64_t rows, int64_t cols, char *err, size_t errlen)
 {
 	char name[128];
 	snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
-	return bind(m, dst, name, rows, cols, err, errlen);
-}
-
-static int bind_attention(struct model *m, int l, char *err, size_t errlen)
-{
-	const struct model_config *c = &m->cfg;
-	struct layer_weights *w = &m->layers[l];
-	const int64_t e = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim;
-	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
-	int rc;
-
-	if ((rc = bind_layer(m, l, &w->attn_norm, "input_layernorm.weight", 0, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->wq, "self_attn.q_proj.weight", q, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->wk, "self_attn.k_proj.weight", kv, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->wv, "self_attn.v_proj.weight", kv, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->wo, "self_attn.o_proj.weight", e, q, err, errlen)))
-		return rc;
-	if (c->attention_bias &&
-	    ((rc = bind_layer(m, l, &w->bq, "self_attn.q_proj.bias", 0, q, err, errlen)) ||
-	     (rc = bind_layer(m, l, &w->bk, "self_attn.k_proj.bias", 0, kv, err, errlen)) ||
-	     (rc = bind_layer(m, l, &w->bv, "self_attn.v_proj.bias", 0, kv, err, errlen)) ||
-	     (rc = bind_layer(m, l, &w->bo, "self_attn.o_proj.bias", 0, e, err, errlen))))
-		return rc;
-	if (c->qk_norm &&
-	    ((rc = bind_layer(m, l, &w->q_norm, "self_attn.q_norm.weight", 0, c->head_dim, err,
-			      errlen)) ||
-	     (rc = bind_layer(m, l, &w->k_norm, "self_attn.k_norm.weight", 0, c->head_dim, err,
-			      errlen))))
-		return rc;
-	return 0;
-}
-
-static int bind_mlp(struct model *m, int l, char *err, size_t errlen)
-{
-	const struct model_config *c = &m->cfg;
-	struct layer_weights *w = &m->layers[l];
-	const int64_t e = c->hidden_size, in = c->intermediate_size;
-	int rc;
-
-	if ((rc = bind_layer(m, l, &w->ffn_norm, "post_attention_layernorm.weight", 0, e, err,
-			     errlen)) ||
-	    (rc = bind_layer(m, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->w_up, "mlp.up_proj.weight", in, e, err, errlen)) ||
-	    (rc = bind_layer(m, l, &w->w_down, "mlp.down_proj.weight", e, in, err, errlen)))
-		return rc;
-	if (c->mlp_bias &&
-	    ((rc = bind_layer(m, l, &w->b_gate, "mlp.gate_proj.bias", 0, in, err, errlen)) ||
-	     (rc = bind_layer(m, l, &w->b_up, "mlp.up_proj.bias", 0, in, err, errlen)) ||
-	     (rc = bind_layer(m, l, &w->b_down, "mlp.down_proj.bias", 0, e, err, errlen))))
-		return rc;
-	return 0;
+	return model_bind(m, dst, name, rows, cols, err, errlen);
 }
 
 /* The dtype that holds most of the weight bytes, for model_info. */
@@ -207,45 +174,20 @@ static void note_file_dtype(struct model *m)
 	snprintf(m->info.dtype, sizeof m->info.dtype, "%s", kt_dtype_name((enum kt_dtype)best));
 }
 
-int model_bind_weights(struct model *m, char *err, size_t errlen)
+void model_bind_done(struct model *m)
 {
-	const struct model_config *c = &m->cfg;
-	const int per_layer = 18;
-	int rc;
-
-	m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-	m->weights = calloc((size_t)c->n_layers * per_layer + 3, sizeof *m->weights);
-	if (!m->layers || !m->weights)
-		return atlas_errf(err, errlen, -ENOMEM, "out of memory for %d layers", c->n_layers);
-	if ((rc = bind(m, &m->embed, "model.embed_tokens.weight", c->vocab_size, c->hidden_size,
-		       err, errlen)))
-		return rc;
-	for (int l = 0; l < c->n_layers; l++)
-		if ((rc = bind_attention(m, l, err, errlen)) || (rc = bind_mlp(m, l, err, errlen)))
-			return rc;
-	if ((rc = bind(m, &m->final_norm, "model.norm.weight", 0, c->hidden_size, err, errlen)))
-		return rc;
-	if (c->tie_word_embeddings)
-		m->lm_head = m->embed;
-	else if ((rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size, err,
-			    errlen)))
-		return rc;
-
-	if (!c->tie_word_embeddings)
-		m->info.lookup_only_bytes = kt_nbytes(&m->embed);
 	free(m->dummy);
 	m->dummy = NULL;
 	m->dummy_n = 0;
 	if (!m->st) {
 		snprintf(m->info.dtype, sizeof m->info.dtype, "BF16");
-		return 0;
+		return;
 	}
 	for (int i = 0; i < m->st->n_tensors; i++)
 		if (!m->st->tensors[i].bound)
 			log_debug("%s: tensor %s: not used by %s, ignored", m->st->tensors[i].file,
-				  m->st->tensors[i].name, c->architecture);
+				  m->st->tensors[i].name, m->cfg.architecture);
 	note_file_dtype(m);
-	return 0;
 }
 
 void model_free_weights(struct model *m)
@@ -253,10 +195,8 @@ void model_free_weights(struct model *m)
 	for (int i = 0; i < m->n_weights; i++)
 		kt_free(m->be, m->weights[i]);
 	free(m->weights);
-	free(m->layers);
 	free(m->dummy);
 	m->dummy = NULL;
 	m->weights = NULL;
-	m->layers = NULL;
-	m->n_weights = 0;
+	m->n_weights = m->weights_cap = 0;
 }

@@ -207,17 +207,21 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 	assert_int_equal(kt_upload(be, &kv->seq, 0, seq, ib), 0);
 	assert_int_equal(kt_upload(be, &kv->out_rows, 0, rows, (size_t)n_out * sizeof(int32_t)), 0);
 
-	const struct kt_batch b = { .n_tokens = n,
-				    .block_size = FID_BLOCK,
-				    .max_kv_len = max_pos + 1,
-				    .pos = kt_rows(kv->pos, 0, n),
-				    .seq = kt_rows(kv->seq, 0, n),
-				    .block_tables = kv->block_tables };
-	const struct kt_tensor ids_t = kt_rows(kv->ids, 0, n);
-	const struct kt_tensor rows_t = kt_rows(kv->out_rows, 0, n_out);
-	const struct kt_tensor logits = kt_rows(kv->logits, 0, n_out);
-	assert_int_equal(model_forward(m, &ids_t, &b, kv->k, kv->v, &rows_t, &logits), 0);
-	assert_int_equal(kt_download(be, out, &logits, 0, kt_nbytes(&logits)), 0);
+	const struct model_step s = {
+		.ids = kt_rows(kv->ids, 0, n),
+		.batch = { .n_tokens = n,
+			   .block_size = FID_BLOCK,
+			   .max_kv_len = max_pos + 1,
+			   .pos = kt_rows(kv->pos, 0, n),
+			   .seq = kt_rows(kv->seq, 0, n),
+			   .block_tables = kv->block_tables },
+		.kcache = kv->k,
+		.vcache = kv->v,
+		.out_rows = kt_rows(kv->out_rows, 0, n_out),
+		.logits = kt_rows(kv->logits, 0, n_out),
+	};
+	assert_int_equal(model_forward(m, &s), 0);
+	assert_int_equal(kt_download(be, out, &s.logits, 0, kt_nbytes(&s.logits)), 0);
 }
 
 static void one_step(struct ref_model *r, struct model *m, struct kt_backend *be,

@@ -92,7 +92,9 @@ static void test_llama_v5(void **state)
 
 	assert_int_equal(load(j, NULL, &c, err), 0);
 	assert_string_equal(c.architecture, "LlamaForCausalLM");
-	assert_int_equal(c.family, MODEL_LLAMA);
+	assert_int_equal(c.n_attention_layers, 2);
+	assert_int_equal(c.layers[1].mixer, MODEL_MIXER_ATTENTION);
+	assert_int_equal(c.layers[1].cache, 1);
 	assert_int_equal(c.vocab_size, 320);
 	assert_int_equal(c.hidden_size, 64);
 	assert_int_equal(c.intermediate_size, 128);
@@ -190,7 +192,7 @@ static void test_defaults_and_generation_config(void **state)
 	json_object_del(j, "dtype");
 	json_t *gen = json_pack("{s:i, s:[i,i,i]}", "bos_token_id", 7, "eos_token_id", 5, 6, 9);
 	assert_int_equal(load(j, gen, &c, err), 0);
-	assert_int_equal(c.family, MODEL_QWEN3);
+	assert_string_equal(c.architecture, "Qwen3ForCausalLM");
 	assert_true(c.qk_norm);
 	assert_int_equal(c.head_dim, 64 / 4);
 	assert_int_equal(c.n_kv_heads, 4);

@@ -103,7 +103,9 @@ static void test_load_valid(void **state)
 	assert_int_equal(info.device_bytes, fm.parameters * 4);
 	assert_string_equal(info.dtype, "f32");
 	const struct model_config *c = model_get_config(m);
-	assert_int_equal(c->family, MODEL_QWEN3);
+	assert_string_equal(c->architecture, "Qwen3ForCausalLM");
+	assert_int_equal(c->n_attention_layers, c->n_layers);
+	assert_int_equal(c->n_linear_layers, 0);
 	assert_true(c->qk_norm);
 	assert_int_equal(c->head_dim, spec.head_dim);
 
@@ -112,14 +114,16 @@ static void test_load_valid(void **state)
 	assert_int_equal(kt_alloc(be, KT_I32, 32, 1, &ids), 0);
 	assert_int_equal(kt_alloc(be, KT_I32, 8, 1, &rows), 0);
 	assert_int_equal(kt_alloc(be, KT_F32, 8, spec.vocab, &logits), 0);
-	struct kt_batch b = { .n_tokens = 17, .block_size = 16 };
-	struct kt_tensor ids17 = kt_rows(ids, 0, 17), ids2 = kt_rows(ids, 0, 2);
-	struct kt_tensor rows1 = kt_rows(rows, 0, 1), rows5 = kt_rows(rows, 0, 5);
-	assert_int_equal(model_forward(m, &ids17, &b, NULL, NULL, &rows1, &logits), -EINVAL);
-	b.n_tokens = 3;
-	assert_int_equal(model_forward(m, &ids2, &b, NULL, NULL, &rows1, &logits), -EINVAL);
-	b.n_tokens = 2;
-	assert_int_equal(model_forward(m, &ids2, &b, NULL, NULL, &rows5, &logits), -EINVAL);
+	struct model_step s = { .ids = kt_rows(ids, 0, 17),
+				.batch = { .n_tokens = 17, .block_size = 16 },
+				.out_rows = kt_rows(rows, 0, 1), .logits = logits };
+	assert_int_equal(model_forward(m, &s), -EINVAL);
+	s.ids = kt_rows(ids, 0, 2);
+	s.batch.n_tokens = 3;
+	assert_int_equal(model_forward(m, &s), -EINVAL);
+	s.batch.n_tokens = 2;
+	s.out_rows = kt_rows(rows, 0, 5);
+	assert_int_equal(model_forward(m, &s), -EINVAL);
 	kt_free(be, &ids);
 	kt_free(be, &rows);
 	kt_free(be, &logits);

@@ -1,5 +1,4 @@
-/* The forward pass of the dense decoder families: Qwen3ForCausalLM and
- * LlamaForCausalLM (pre-norm, GQA attention with rotary positions, SwiGLU MLP).
+/* The forward pass of the dense family (dense.h), and its scratch.
  *
  * One step, all rows at once, read top to bottom:
  *
@@ -17,7 +16,7 @@
  * stream x is touched once per block. Every buffer is a row view of the
  * scratch sized at load: nothing is allocated here.
  */
-#include "engine/model/internal.h"
+#include "engine/model/dense/dense.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,11 +43,11 @@ static int alloc_f32(struct kt_backend *be, int64_t rows, int64_t cols, struct k
 	return 0;
 }
 
-int dense_alloc_scratch(struct model *m, char *err, size_t errlen)
+int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
 	struct kt_backend *be = m->be;
-	struct scratch *s = &m->s;
+	struct dense_scratch *s = &d->s;
 	const int64_t t = m->max_tokens, e = c->hidden_size, in = c->intermediate_size;
 	const int64_t q = (int64_t)c->n_heads * c->head_dim;
 	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
@@ -79,10 +78,11 @@ int dense_alloc_scratch(struct model *m, char *err, size_t errlen)
 	return 0;
 }
 
-void dense_free_scratch(struct model *m)
+void dense_free_scratch(struct model *m, struct dense_model *d)
 {
-	struct kt_tensor *all[] = { &m->s.x, &m->s.xn, &m->s.proj, &m->s.q, &m->s.k, &m->s.v,
-				    &m->s.att, &m->s.gate, &m->s.up, &m->s.out_h, &m->s.inv_freq };
+	struct dense_scratch *s = &d->s;
+	struct kt_tensor *all[] = { &s->x, &s->xn, &s->proj, &s->q, &s->k, &s->v, &s->att,
+				    &s->gate, &s->up, &s->out_h, &s->inv_freq };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
@@ -111,18 +111,20 @@ static int attention_block(struct model *m, int l, const struct kt_batch *b,
 			   const struct kt_tensor *xn, const struct kt_tensor *proj)
 {
 	const struct model_config *c = &m->cfg;
-	const struct layer_weights *w = &m->layers[l];
+	struct dense_model *dm = m->family_data;
+	const struct dense_layer *w = &dm->layers[l];
+	const struct dense_scratch *s = &dm->s;
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens, hq = c->n_heads, hkv = c->n_kv_heads, d = c->head_dim;
-	const struct kt_tensor q = kt_rows(m->s.q, 0, T), k = kt_rows(m->s.k, 0, T);
-	const struct kt_tensor v = kt_rows(m->s.v, 0, T), att = kt_rows(m->s.att, 0, T);
+	const struct kt_tensor q = kt_rows(s->q, 0, T), k = kt_rows(s->k, 0, T);
+	const struct kt_tensor v = kt_rows(s->v, 0, T), att = kt_rows(s->att, 0, T);
 
 	TRY(project(be, b, &q, xn, &w->wq, opt(&w->bq)));
 	TRY(project(be, b, &k, xn, &w->wk, opt(&w->bk)));
 	TRY(project(be, b, &v, xn, &w->wv, opt(&w->bv)));
-	TRY(kt_rope(be, &q, &b->pos, &m->s.inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
+	TRY(kt_rope(be, &q, &b->pos, &s->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
 		    c->rms_norm_eps));
-	TRY(kt_rope(be, &k, &b->pos, &m->s.inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
+	TRY(kt_rope(be, &k, &b->pos, &s->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
 		    c->rms_norm_eps));
 	TRY(kt_kv_store(be, kcache, vcache, &k, &v, b));
 	TRY(kt_attention(be, &att, &q, kcache, vcache, b, hq, hkv, d, 1.0f / sqrtf((float)d)));
@@ -134,10 +136,11 @@ static int attention_block(struct model *m, int l, const struct kt_batch *b,
 static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 		     const struct kt_tensor *xn, const struct kt_tensor *proj)
 {
-	const struct layer_weights *w = &m->layers[l];
+	struct dense_model *dm = m->family_data;
+	const struct dense_layer *w = &dm->layers[l];
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens;
-	const struct kt_tensor gate = kt_rows(m->s.gate, 0, T), up = kt_rows(m->s.up, 0, T);
+	const struct kt_tensor gate = kt_rows(dm->s.gate, 0, T), up = kt_rows(dm->s.up, 0, T);
 
 	TRY(project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
 	TRY(project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
@@ -146,36 +149,37 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	return 0;
 }
 
-int dense_forward(struct model *m, const struct kt_tensor *ids, const struct kt_batch *b,
-		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
-		  const struct kt_tensor *out_rows, const struct kt_tensor *logits)
+int dense_forward(struct model *m, const struct model_step *s)
 {
 	const struct model_config *c = &m->cfg;
+	struct dense_model *dm = m->family_data;
 	struct kt_backend *be = m->be;
+	const struct kt_batch *b = &s->batch;
 	const int T = b->n_tokens;
-	const int64_t n_out = out_rows->rows;
+	const int64_t n_out = s->out_rows.rows;
 	const float eps = c->rms_norm_eps;
 
-	if (T <= 0 || T > m->max_tokens || ids->rows != T || n_out > m->max_out ||
-	    logits->rows < n_out || logits->cols != c->vocab_size)
+	if (T <= 0 || T > m->max_tokens || s->ids.rows != T || n_out > m->max_out ||
+	    s->logits.rows < n_out || s->logits.cols != c->vocab_size)
 		return -EINVAL;
 
-	const struct kt_tensor x = kt_rows(m->s.x, 0, T), xn = kt_rows(m->s.xn, 0, T);
-	const struct kt_tensor proj = kt_rows(m->s.proj, 0, T);
-	const struct kt_tensor h_out = kt_rows(m->s.out_h, 0, n_out);
-	const struct kt_tensor out_logits = kt_rows(*logits, 0, n_out);
+	const struct kt_tensor x = kt_rows(dm->s.x, 0, T), xn = kt_rows(dm->s.xn, 0, T);
+	const struct kt_tensor proj = kt_rows(dm->s.proj, 0, T);
+	const struct kt_tensor h_out = kt_rows(dm->s.out_h, 0, n_out);
+	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
 
-	TRY(kt_embed(be, &x, &m->embed, ids));
+	TRY(kt_embed(be, &x, &dm->embed, &s->ids));
 	for (int l = 0; l < c->n_layers; l++) {
-		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &m->layers[l].attn_norm, eps));
-		TRY(attention_block(m, l, b, &kcache[l], &vcache[l], &xn, &proj));
-		TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->layers[l].ffn_norm, eps));
+		const int kv = c->layers[l].cache;
+		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
+		TRY(attention_block(m, l, b, &s->kcache[kv], &s->vcache[kv], &xn, &proj));
+		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
 		TRY(mlp_block(m, l, b, &xn, &proj));
 	}
-	TRY(kt_rmsnorm(be, &xn, &x, &proj, &m->final_norm, eps));
+	TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->final_norm, eps));
 	if (n_out == 0)
 		return 0;
-	TRY(kt_gather_rows(be, &h_out, &xn, out_rows));
-	TRY(kt_matmul(be, &out_logits, &h_out, &m->lm_head, NULL));
+	TRY(kt_gather_rows(be, &h_out, &xn, &s->out_rows));
+	TRY(kt_matmul(be, &out_logits, &h_out, &dm->lm_head, NULL));
 	return 0;
 }

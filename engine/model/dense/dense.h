@@ -1,0 +1,64 @@
+/* The dense decoder family: Qwen3ForCausalLM and LlamaForCausalLM
+ * (pre-norm, GQA attention with rotary positions, SwiGLU MLP). Every layer
+ * is full attention with a dense MLP.
+ *
+ * dense_config.c reads the family's keys, dense_weights.c binds the tensors,
+ * dense_forward.c runs a step.
+ */
+#ifndef ATLAS_ENGINE_MODEL_DENSE_H
+#define ATLAS_ENGINE_MODEL_DENSE_H
+
+#include "engine/model/family.h"
+#include "engine/model/internal.h"
+
+/* Table variants: the defaults and quirks of each architecture. */
+enum dense_variant { DENSE_QWEN3, DENSE_LLAMA };
+
+extern const struct model_family dense_family;
+
+/* The weights of one decoder layer; an absent bias has data == NULL. Shapes
+ * with Hq = n_heads, Hkv = n_kv_heads, D = head_dim, E = hidden, I = intermediate. */
+struct dense_layer {
+	struct kt_tensor attn_norm;     /* [1, E] */
+	struct kt_tensor wq, wk, wv;    /* [Hq*D, E], [Hkv*D, E], [Hkv*D, E] */
+	struct kt_tensor bq, bk, bv;    /* [1, Hq*D], [1, Hkv*D], [1, Hkv*D] (attention_bias) */
+	struct kt_tensor q_norm, k_norm;  /* [1, D] (qk_norm) */
+	struct kt_tensor wo, bo;        /* [E, Hq*D], [1, E] (attention_bias) */
+	struct kt_tensor ffn_norm;      /* [1, E] */
+	struct kt_tensor w_gate, w_up;  /* [I, E] */
+	struct kt_tensor w_down;        /* [E, I] */
+	struct kt_tensor b_gate, b_up, b_down;  /* [1, I], [1, I], [1, E] (mlp_bias) */
+};
+
+/* Activations of one step, sized at load for max_tokens rows (max_out for
+ * the logits side) and viewed per step with kt_rows(); all f32, owned. */
+struct dense_scratch {
+	struct kt_tensor x;             /* [max_tokens, E] the residual stream */
+	struct kt_tensor xn;            /* [max_tokens, E] normed input of a block */
+	struct kt_tensor proj;          /* [max_tokens, E] output of o_proj / down_proj */
+	struct kt_tensor q;             /* [max_tokens, Hq*D] */
+	struct kt_tensor k, v;          /* [max_tokens, Hkv*D] */
+	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
+	struct kt_tensor gate, up;      /* [max_tokens, I] */
+	struct kt_tensor out_h;         /* [max_out, E] final hidden rows that get logits */
+	struct kt_tensor inv_freq;      /* [1, D/2] rotary inverse frequencies */
+};
+
+/* model.family_data of a dense model. */
+struct dense_model {
+	struct kt_tensor embed;         /* [V, E] */
+	struct kt_tensor final_norm;    /* [1, E] */
+	struct kt_tensor lm_head;       /* [V, E]; a copy of embed's handle when tied */
+	struct dense_layer *layers;     /* [n_layers] owned */
+	struct dense_scratch s;
+};
+
+int dense_parse_config(const struct hf_json *f, int variant, struct model_config *c,
+		       char *err, size_t errlen);
+/* Bind the weights (dense_weights.c); the scratch (dense_forward.c). */
+int dense_bind_weights(struct model *m, struct dense_model *d, char *err, size_t errlen);
+int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_t errlen);
+void dense_free_scratch(struct model *m, struct dense_model *d);
+int dense_forward(struct model *m, const struct model_step *s);
+
+#endif
