@@ -1,23 +1,30 @@
-/* Private structures of the engine, shared by the engine sources and engine/sched/.
+/* Private structures of the engine: sessions, turns, tools requests and the
+ * engine itself, shared by the engine's top-level sources.
+ *
+ * Layers inside the engine, top to bottom: sessions and turns (this folder)
+ * own a scheduler request each; the scheduler (sched/) plans step commands
+ * over requests; the executor (step/) runs them on the model (model/) and
+ * the sequence pool (seq/, kv/).
  *
  * Locking: one mutex (engine.lock) guards every field below that the FUSE
- * threads can see: sessions, turns, their output, params, states and stats.
- * The engine thread takes it to plan a step and to apply its results, and
- * drops it while the model runs; the step's inputs are copied out first.
- * Fields marked (engine thread) are touched by the engine thread only.
+ * threads can see: sessions, turns, their output, params, states and stats,
+ * and the scheduler with its requests and pool allocator. The engine thread
+ * takes it to plan a step and to apply its result, and drops it while the
+ * executor runs the command, which reads nothing else.
  */
 #ifndef ATLAS_ENGINE_INTERNAL_H
 #define ATLAS_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/kv/kv.h"
-#include "engine/model/model.h"
+#include "engine/sched/sched.h"
+#include "engine/step/exec.h"
+#include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/backend.h"
 
 struct turn {
 	uint64_t number;
@@ -35,20 +42,16 @@ struct turn {
 	uint64_t t_submit_ns, t_first_ns, t_last_ns;
 };
 
-enum seq_phase { SEQ_IDLE, SEQ_QUEUED, SEQ_RUNNING };
-
 struct atlas_session {
 	struct atlas_engine *e;
 	char name[64];
 	bool closed;                /* atlas_session_close called; the engine thread frees it */
-	bool reset_pending;         /* reset asked; the engine thread releases the KV */
 	struct atlas_params params;
 	struct atlas_session *next; /* engine.sessions list */
 
-	/* The context: every token of every turn, prompt and generated. */
-	int32_t *ctx;               /* [ctx_cap]; owned */
-	size_t n_ctx, ctx_cap;
-	struct kv_seq kv;           /* kv.n_tokens = context tokens whose K/V are written (engine thread) */
+	/* The context (every token of every turn, prompt and generated) and its
+	 * device state: req.tokens[0, req.n_tokens), K/V of req.seq.n_tokens. */
+	struct sched_req req;
 
 	/* Turns: turns[i] has number first_turn + i; a reset forgets them all and
 	 * later turns keep counting, so a reader of a forgotten turn never sees a new one. */
@@ -56,14 +59,7 @@ struct atlas_session {
 	size_t n_turns, turns_cap;
 	uint64_t first_turn, next_turn;
 
-	/* Scheduling. */
-	uint64_t epoch;             /* bumped when a turn ends or the session resets: a step
-				     * planned before that must not apply its token */
-	enum seq_phase phase;
 	enum atlas_state state;
-	int slot;                   /* engine slot while running, else -1 */
-	uint64_t queued_seq;        /* FIFO order of admission */
-	uint64_t last_used_ns;      /* for evicting idle sessions' KV, least recent first */
 	bool ended_with_eot;        /* the previous turn ended with the template's end-of-turn token */
 	bool notify;                /* output or state changed since the last notification */
 
@@ -74,56 +70,40 @@ struct atlas_session {
 	char last_error[256];
 };
 
-/* One entry of a planned step: n tokens of one sequence starting at its
- * first position without KV. */
-struct step_seq {
-	struct atlas_session *s;
-	int slot;
-	int start;                  /* first position fed */
-	int n;                      /* tokens fed */
-	bool logits;                /* the step ends at the context's last token: sample */
-	uint64_t epoch;             /* the session's epoch when planned */
-};
+_Static_assert((int)KV_TIERS == (int)ATLAS_TIERS, "the KV tiers are the API's tiers");
 
-struct step {
-	int n_seqs, n_tokens, n_out;
-	struct step_seq *seqs;      /* [max_batch + 2] */
-	struct kt_segment *segments; /* [max_batch + 2] the multi-token part, for kt_batch */
-	int32_t *ids, *pos, *seqslot, *out_rows;  /* [max_tokens] host staging */
-	struct kt_sample_row *sample;             /* [max_out] */
-	int32_t *sampled;                          /* [max_out] */
-};
+/* The session a (non-tools) scheduler request belongs to. */
+static inline struct atlas_session *session_of(struct sched_req *r)
+{
+	return (struct atlas_session *)((char *)r - offsetof(struct atlas_session, req));
+}
 
-/* A synchronous request for atlas_engine_logits(), run by the engine thread. */
+/* A synchronous request of atlas_engine_logits(), run by the engine thread
+ * as a tools request of the scheduler. */
 struct logits_job {
-	const int32_t *ids;
-	size_t n;
-	float *out;
+	size_t n;                   /* positions */
+	float *out;                 /* [n, vocab] the caller's */
+	struct sched_req req;       /* tokens: a copy of the ids */
 	int rc;
 	char err[256];
-	bool done;
+	bool started, done;
 	struct logits_job *next;
 };
 
+/* Called after every step with its command and result (replay tests). */
+typedef void (*engine_step_fn)(void *ctx, const struct step_cmd *cmd,
+			       const struct step_result *res);
+
 struct atlas_engine {
 	struct atlas_config cfg;
-	struct kt_backend *be;
-	struct model *model;
+	struct exec *x;                 /* the device side; (engine thread) */
 	const struct model_config *mc;
-	struct model_info minfo;
-	struct atlas_tokenizer *tok;   /* NULL: the model works through ids */
+	struct atlas_tokenizer *tok;    /* NULL: the model works through ids */
 	int vocab;                      /* logits columns */
 	int context;                    /* tokens of one context */
-	int max_batch;                  /* slots */
-	int max_tokens;                 /* tokens in one step: chunk_size + max_batch */
-	int max_out;                    /* logits rows in one step */
-	int max_blocks;                 /* block table columns: blocks of one full context */
 
-	struct kv_pool kv;              /* (engine thread) */
-	struct kt_tensor d_ids, d_pos, d_seq, d_out_rows, d_tables, d_logits;  /* step inputs/outputs */
-	int32_t *tables;                /* [(max_batch + 2) * max_blocks] host copy of block tables */
-	bool graphs;                    /* decode steps replay CUDA graphs (backend and config) */
-	struct step step;               /* (engine thread) */
+	struct sched sched;             /* (lock) */
+	struct step_cmd cmd;            /* the planned step (engine thread) */
 
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -133,31 +113,23 @@ struct atlas_engine {
 
 	atlas_notify_fn notify_fn;
 	void *notify_ctx;
+	engine_step_fn step_fn;         /* with it, every out row keeps its logits */
+	void *step_ctx;
 
 	struct atlas_session *sessions;
 	uint64_t n_sessions;
-	uint64_t queue_seq;             /* next FIFO number */
-	struct atlas_session *slots[ATLAS_MAX_SLOTS];
 	struct logits_job *jobs;
 
 	/* Totals (lock). */
 	uint64_t turns_total, prompt_tokens_total, generated_tokens_total;
-	uint64_t steps_total, step_tokens_total, preemptions_total, evictions_total;
+	uint64_t step_tokens_total;
 	double busy_s;
 	uint64_t t_open_ns;
 };
 
-/* Block-table rows: slots 0..max_batch-1 run sessions, the next one serves
- * atlas_engine_logits, the last one the padding rows of graphed steps. */
-static inline int tools_slot(const struct atlas_engine *e)
-{
-	return e->max_batch;
-}
-
-static inline int pad_slot(const struct atlas_engine *e)
-{
-	return e->max_batch + 1;
-}
+/* Record every step (engine/engine.c): fn runs on the engine thread without
+ * the lock, after the step's result is known. Set before any session opens. */
+void engine_on_step(struct atlas_engine *e, engine_step_fn fn, void *ctx);
 
 /* engine/session.c */
 void session_free(struct atlas_session *s);
@@ -165,19 +137,10 @@ struct turn *session_turn(struct atlas_session *s, uint64_t number);
 struct turn *session_newest(struct atlas_session *s);
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg);
 void session_accept_token(struct atlas_session *s, int32_t id);
-void session_drop_kv(struct atlas_session *s);
 
 /* engine/params.c */
 void params_defaults(const struct atlas_engine *e, struct atlas_params *p);
 int params_validate(const struct atlas_engine *e, const struct atlas_params *p, char *err,
 		    size_t errlen);
-
-/* engine/sched/sched.c */
-int sched_plan(struct atlas_engine *e);
-void sched_finish(struct atlas_engine *e);
-
-/* engine/step.c */
-int step_run(struct atlas_engine *e, char *err, size_t errlen);
-int step_run_logits_job(struct atlas_engine *e, struct logits_job *job);
 
 #endif

@@ -8,7 +8,7 @@
 #include "common/err.h"
 #include "common/clock.h"
 #include "engine/internal.h"
-#include "engine/sampler/sampler.h"
+#include "engine/text/stop.h"
 
 static int grow(void **buf, size_t *cap, size_t need, size_t elem)
 {
@@ -84,7 +84,7 @@ void session_end_turn(struct atlas_session *s, int error, const char *finish, co
 	if (strcmp(finish, "stop") != 0)
 		flush_held(s, t);
 	s->hold_len = 0;
-	s->epoch++;
+	s->req.epoch++;
 	if (!s->e->tok && t->n_generated && !error)
 		out_append(t, "\n", 1);
 	memset(&s->stream, 0, sizeof s->stream);
@@ -94,12 +94,8 @@ void session_end_turn(struct atlas_session *s, int error, const char *finish, co
 	t->t_last_ns = atlas_now_ns();
 	if (msg)
 		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
-	if (s->phase == SEQ_RUNNING && s->slot >= 0)
-		s->e->slots[s->slot] = NULL;
-	s->slot = -1;
-	s->phase = SEQ_IDLE;
+	sched_stop(&s->e->sched, &s->req);
 	s->state = error == -EIO ? ATLAS_STATE_ERROR : ATLAS_STATE_IDLE;
-	s->last_used_ns = atlas_now_ns();
 	mark(s);
 }
 
@@ -135,7 +131,7 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 	struct turn *t = session_newest(s);
 	if (!t || t->done)
 		return;
-	if (grow((void **)&s->ctx, &s->ctx_cap, s->n_ctx + 1, sizeof *s->ctx)) {
+	if (sched_req_append(&s->req, &id, 1)) {
 		session_end_turn(s, -EIO, "error", "out of memory for the context");
 		return;
 	}
@@ -143,7 +139,6 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 	if (!t->n_generated)
 		t->t_first_ns = now;
 	t->t_last_ns = now;
-	s->ctx[s->n_ctx++] = id;
 	t->n_generated++;
 	e->generated_tokens_total++;
 	s->state = ATLAS_STATE_DECODE;
@@ -172,13 +167,8 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 		return;
 	}
 	s->notify = true;
-	if (t->n_generated >= (size_t)s->params.max_tokens || s->n_ctx >= (size_t)e->context)
+	if (t->n_generated >= (size_t)s->params.max_tokens || s->req.n_tokens >= (size_t)e->context)
 		session_end_turn(s, 0, "length", NULL);
-}
-
-void session_drop_kv(struct atlas_session *s)
-{
-	kv_seq_release(&s->e->kv, &s->kv);
 }
 
 void session_free(struct atlas_session *s)
@@ -186,9 +176,9 @@ void session_free(struct atlas_session *s)
 	for (size_t i = 0; i < s->n_turns; i++)
 		turn_free(s->turns[i]);
 	free(s->turns);
-	free(s->ctx);
+	free(s->req.tokens);
 	free(s->hold);
-	kv_seq_free(&s->e->kv, &s->kv);
+	seq_free(&s->e->x->pool, &s->req.seq);
 	free(s);
 }
 
@@ -214,7 +204,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	s->e = e;
 	snprintf(s->name, sizeof s->name, "%s", name);
-	s->slot = -1;
+	sched_req_init(&s->req);
 	s->first_turn = s->next_turn = 1;
 	params_defaults(e, &s->params);
 
@@ -230,7 +220,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 		s->next = e->sessions;
 		e->sessions = s;
 		e->n_sessions++;
-		s->last_used_ns = atlas_now_ns();
+		sched_add(&e->sched, &s->req);
 	}
 	pthread_mutex_unlock(&e->lock);
 	if (rc) {
@@ -298,13 +288,13 @@ void atlas_session_reset(struct atlas_session *s)
 		turn_free(s->turns[i]);
 	s->n_turns = 0;
 	s->first_turn = s->next_turn;
-	s->n_ctx = 0;
+	s->req.n_tokens = 0;
 	s->ended_with_eot = false;
 	s->last_error[0] = 0;
 	s->state = ATLAS_STATE_IDLE;
 	/* The KV may be in use by the step in flight: the engine thread frees it. */
-	s->reset_pending = true;
-	s->epoch++;
+	s->req.forgotten = true;
+	s->req.epoch++;
 	mark(s);
 	pthread_mutex_unlock(&s->e->lock);
 }
@@ -357,8 +347,9 @@ int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **
 		rc = -ENOMEM;
 		goto out;
 	}
-	memcpy(*prompt, s->ctx + t->ctx_start, t->n_prompt * sizeof **prompt);
-	memcpy(*generated, s->ctx + t->ctx_start + t->n_prompt, t->n_generated * sizeof **generated);
+	memcpy(*prompt, s->req.tokens + t->ctx_start, t->n_prompt * sizeof **prompt);
+	memcpy(*generated, s->req.tokens + t->ctx_start + t->n_prompt,
+	       t->n_generated * sizeof **generated);
 	*n_prompt = t->n_prompt;
 	*n_generated = t->n_generated;
 out:
@@ -372,11 +363,11 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	memset(st, 0, sizeof *st);
 	pthread_mutex_lock(&e->lock);
 	st->state = s->state;
-	st->slot = s->slot;
+	st->slot = s->req.slot;
 	st->turns = s->next_turn - 1;
-	st->context_tokens = s->n_ctx;
+	st->context_tokens = s->req.n_tokens;
 	st->context_max = (uint64_t)e->context;
-	kv_seq_count(&s->kv, st->kv_blocks);
+	seq_count(&s->req.seq, st->kv_blocks);
 	st->ttft_s = -1;
 	struct turn *t = session_newest(s);
 	if (t) {

@@ -7,17 +7,18 @@
 
 static void fill_slots(struct atlas_engine *e, struct atlas_engine_stats *o)
 {
-	o->n_slots = e->max_batch;
-	for (int i = 0; i < e->max_batch; i++) {
+	o->n_slots = e->sched.n_slots;
+	for (int i = 0; i < e->sched.n_slots; i++) {
 		struct atlas_slot_stats *st = &o->slots[i];
-		struct atlas_session *s = e->slots[i];
+		struct sched_req *r = e->sched.slots[i];
 		st->slot = i;
-		if (!s)
+		if (!r)
 			continue;
+		struct atlas_session *s = session_of(r);
 		snprintf(st->session, sizeof st->session, "%s", s->name);
 		st->state = s->state;
-		st->position = (uint64_t)s->kv.n_tokens;
-		kv_seq_count(&s->kv, st->kv_blocks);
+		st->position = (uint64_t)r->seq.n_tokens;
+		seq_count(&r->seq, st->kv_blocks);
 		struct turn *t = session_newest(s);
 		if (t && t->n_generated > 1 && t->t_last_ns > t->t_first_ns)
 			st->tokens_per_s = (double)(t->n_generated - 1) /
@@ -27,15 +28,16 @@ static void fill_slots(struct atlas_engine *e, struct atlas_engine_stats *o)
 
 static void fill_kv(struct atlas_engine *e, struct atlas_kv_stats *kv)
 {
-	kv->block_size = (uint32_t)e->kv.block_size;
-	kv->bytes_per_block = e->kv.bytes_per_block;
-	kv->blocks_total[ATLAS_TIER_HBM] = (uint64_t)e->kv.n_blocks;
-	kv->blocks_used[ATLAS_TIER_HBM] = (uint64_t)(e->kv.n_blocks - e->kv.n_free);
+	const struct kv_pool *p = &e->x->pool.kv;
+	kv->block_size = (uint32_t)p->block_size;
+	kv->bytes_per_block = p->bytes_per_block;
+	kv->blocks_total[ATLAS_TIER_HBM] = (uint64_t)p->n_blocks;
+	kv->blocks_used[ATLAS_TIER_HBM] = (uint64_t)(p->n_blocks - p->n_free);
 	for (struct atlas_session *s = e->sessions; s; s = s->next)
 		if (!s->closed && s->state == ATLAS_STATE_PARKED)
 			kv->parked_sessions++;
-	kv->preemptions_total = e->preemptions_total;
-	kv->evictions_total = e->evictions_total;
+	kv->preemptions_total = e->sched.preemptions;
+	kv->evictions_total = e->sched.evictions;
 }
 
 int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
@@ -44,15 +46,15 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	const struct model_config *mc = e->mc;
 	snprintf(o->model, sizeof o->model, "%s", e->cfg.model);
 	snprintf(o->architecture, sizeof o->architecture, "%s", mc->architecture);
-	o->parameters = e->minfo.parameters;
-	snprintf(o->dtype, sizeof o->dtype, "%s", e->minfo.dtype);
-	snprintf(o->backend, sizeof o->backend, "%s", e->be->info.backend);
-	snprintf(o->device, sizeof o->device, "%s", e->be->info.name);
-	o->memory_total = e->be->info.memory_total;
-	o->weights_bytes = e->minfo.device_bytes;
-	o->kv_bytes = (uint64_t)e->kv.n_blocks * e->kv.bytes_per_block;
-	o->step_weight_bytes = e->minfo.device_bytes - e->minfo.lookup_only_bytes;
-	o->kv_bytes_per_token = e->kv.bytes_per_block / (uint64_t)e->kv.block_size;
+	o->parameters = e->x->info.parameters;
+	snprintf(o->dtype, sizeof o->dtype, "%s", e->x->info.dtype);
+	snprintf(o->backend, sizeof o->backend, "%s", e->x->be->info.backend);
+	snprintf(o->device, sizeof o->device, "%s", e->x->be->info.name);
+	o->memory_total = e->x->be->info.memory_total;
+	o->weights_bytes = e->x->info.device_bytes;
+	o->kv_bytes = (uint64_t)e->x->pool.kv.n_blocks * e->x->pool.kv.bytes_per_block;
+	o->step_weight_bytes = e->x->info.device_bytes - e->x->info.lookup_only_bytes;
+	o->kv_bytes_per_token = e->x->pool.kv.bytes_per_block / (uint64_t)e->x->pool.kv.block_size;
 	o->layers = mc->n_layers;
 	o->hidden_size = mc->hidden_size;
 	o->heads = mc->n_heads;
@@ -69,7 +71,7 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->turns_total = e->turns_total;
 	o->prompt_tokens_total = e->prompt_tokens_total;
 	o->generated_tokens_total = e->generated_tokens_total;
-	o->steps_total = e->steps_total;
+	o->steps_total = e->sched.steps;
 	o->step_tokens_total = e->step_tokens_total;
 	o->busy_seconds_total = e->busy_s;
 	o->uptime_s = (double)(atlas_now_ns() - e->t_open_ns) * 1e-9;

@@ -94,17 +94,17 @@ static int encode_prompt(struct atlas_engine *e, const struct prompt_state *ps, 
 
 static void snapshot(struct atlas_session *s, struct prompt_state *ps)
 {
-	ps->first = s->n_ctx == 0;
+	ps->first = s->req.n_tokens == 0;
 	ps->ended_with_eot = s->ended_with_eot;
 	ps->mode = s->params.mode;
-	ps->epoch = s->epoch;
+	ps->epoch = s->req.epoch;
 	snprintf(ps->system, sizeof ps->system, "%s", s->params.system);
 }
 
 static bool same_state(struct atlas_session *s, const struct prompt_state *ps)
 {
-	return ps->first == (s->n_ctx == 0) && ps->ended_with_eot == s->ended_with_eot &&
-	       ps->mode == s->params.mode && ps->epoch == s->epoch &&
+	return ps->first == (s->req.n_tokens == 0) && ps->ended_with_eot == s->ended_with_eot &&
+	       ps->mode == s->params.mode && ps->epoch == s->req.epoch &&
 	       strcmp(ps->system, s->params.system) == 0;
 }
 
@@ -135,19 +135,6 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 		free(prompt);
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	}
-	if (s->n_ctx + n + 1 > s->ctx_cap) {
-		size_t cap = s->ctx_cap ? s->ctx_cap : 256;
-		while (cap < s->n_ctx + n + 1)
-			cap *= 2;
-		int32_t *c = realloc(s->ctx, cap * sizeof *c);
-		if (!c) {
-			free(t);
-			free(prompt);
-			return atlas_errf(err, errlen, -ENOMEM, "out of memory");
-		}
-		s->ctx = c;
-		s->ctx_cap = cap;
-	}
 	memcpy(prompt, text, len);
 	prompt[len] = 0;
 	t->prompt = prompt;
@@ -155,12 +142,12 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 	t->number = s->next_turn++;
 	t->mode = e->tok ? s->params.mode : ATLAS_MODE_RAW;
 	t->t_submit_ns = atlas_now_ns();
-	t->ctx_start = s->n_ctx;
+	t->ctx_start = s->req.n_tokens;
 	s->turns[s->n_turns++] = t;
 	s->last_error[0] = 0;
 	e->turns_total++;
 
-	if (n == 0 || s->n_ctx + n >= (size_t)e->context) {
+	if (n == 0 || s->req.n_tokens + n >= (size_t)e->context) {
 		char msg[256];
 		if (n == 0)
 			snprintf(msg, sizeof msg, "the prompt has no tokens");
@@ -168,18 +155,22 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 			snprintf(msg, sizeof msg,
 				 "prompt of %zu tokens does not fit the context: %zu of %d tokens "
 				 "are in use (write reset to ctl to start over)",
-				 n, s->n_ctx, e->context);
-		s->phase = SEQ_QUEUED; /* so that session_end_turn finds a turn to end */
+				 n, s->req.n_tokens, e->context);
 		session_end_turn(s, -EIO, "error", msg);
 		return (int)t->number;
 	}
-	memcpy(s->ctx + s->n_ctx, ids, n * sizeof *ids);
-	s->n_ctx += n;
+	if (sched_req_append(&s->req, ids, n)) {
+		session_end_turn(s, -EIO, "error", "out of memory for the context");
+		return (int)t->number;
+	}
 	t->n_prompt = n;
 	e->prompt_tokens_total += n;
-	s->phase = SEQ_QUEUED;
+	s->req.sampling = (struct sched_sampling){ .temperature = s->params.temperature,
+						   .top_p = s->params.top_p,
+						   .top_k = s->params.top_k,
+						   .seed = s->params.seed };
+	sched_queue(&e->sched, &s->req);
 	s->state = ATLAS_STATE_QUEUED;
-	s->queued_seq = e->queue_seq++;
 	pthread_cond_signal(&e->wake);
 	return (int)t->number;
 }

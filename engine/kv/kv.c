@@ -1,4 +1,4 @@
-/* Paged KV: pool sizing, the refcounting block allocator and block tables. */
+/* The KV block pool (kv.h): sizing, allocation and the block allocator. */
 #include "engine/kv/kv.h"
 
 #include <errno.h>
@@ -15,6 +15,8 @@ int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_k
 	p->n_layers = n_layers;
 	p->block_size = block_size;
 	p->row_cols = n_kv_heads * head_dim;
+	if (n_layers == 0)
+		return 0;
 	enum kt_dtype dt = be->info.kv_dtype;
 	p->bytes_per_block = 2ull * (uint64_t)n_layers * (uint64_t)block_size *
 			     (uint64_t)p->row_cols * kt_dtype_size(dt);
@@ -76,99 +78,39 @@ void kv_pool_free(struct kv_pool *p)
 	memset(p, 0, sizeof *p);
 }
 
-static int seq_grow(struct kv_seq *seq, int cap)
+int kv_block_alloc(struct kv_pool *p)
 {
-	if (cap <= seq->cap)
-		return 0;
-	int want = seq->cap ? seq->cap : 8;
-	while (want < cap)
-		want *= 2;
-	struct kv_ref *b = realloc(seq->blocks, (size_t)want * sizeof *b);
-	if (!b)
-		return -ENOMEM;
-	seq->blocks = b;
-	seq->cap = want;
-	return 0;
-}
-
-int kv_seq_reserve(struct kv_pool *p, struct kv_seq *seq, int n_tokens)
-{
-	int need = kv_blocks_for(p, n_tokens) - seq->n_blocks;
-	if (need <= 0)
-		return 0;
-	if (need > p->n_free)
+	if (!p->n_free)
 		return -ENOSPC;
-	int rc = seq_grow(seq, seq->n_blocks + need);
-	if (rc)
-		return rc;
-	for (int i = 0; i < need; i++) {
-		int32_t id = p->free_ids[--p->n_free];
-		p->refs[id] = 1;
-		seq->blocks[seq->n_blocks++] = (struct kv_ref){ .tier = ATLAS_TIER_HBM,
-								.index = (uint32_t)id };
+	int32_t id = p->free_ids[--p->n_free];
+	p->refs[id] = 1;
+	return id;
+}
+
+void kv_block_ref(struct kv_pool *p, int block)
+{
+	p->refs[block]++;
+}
+
+void kv_block_unref(struct kv_pool *p, int block)
+{
+	if (--p->refs[block] == 0)
+		p->free_ids[p->n_free++] = block;
+}
+
+int kv_block_copy(struct kv_pool *p, int dst, int src)
+{
+	for (int l = 0; l < p->n_layers; l++) {
+		const struct kt_tensor *layer[2] = { &p->k[l], &p->v[l] };
+		for (int i = 0; i < 2; i++) {
+			const struct kt_tensor d = kt_rows(*layer[i], (int64_t)dst * p->block_size,
+							   p->block_size);
+			const struct kt_tensor s = kt_rows(*layer[i], (int64_t)src * p->block_size,
+							   p->block_size);
+			int rc = kt_copy(p->be, &d, &s);
+			if (rc)
+				return rc;
+		}
 	}
 	return 0;
-}
-
-void kv_seq_release(struct kv_pool *p, struct kv_seq *seq)
-{
-	for (int i = 0; i < seq->n_blocks; i++) {
-		struct kv_ref r = seq->blocks[i];
-		if (r.tier != ATLAS_TIER_HBM)
-			continue;
-		if (--p->refs[r.index] == 0)
-			p->free_ids[p->n_free++] = (int32_t)r.index;
-	}
-	seq->n_blocks = 0;
-	seq->n_tokens = 0;
-}
-
-void kv_seq_free(struct kv_pool *p, struct kv_seq *seq)
-{
-	kv_seq_release(p, seq);
-	free(seq->blocks);
-	memset(seq, 0, sizeof *seq);
-}
-
-int kv_seq_share_prefix(struct kv_pool *p, struct kv_seq *dst, const struct kv_seq *src,
-			int n_tokens)
-{
-	if (dst->n_blocks)
-		return -EINVAL;
-	if (n_tokens > src->n_tokens)
-		n_tokens = src->n_tokens;
-	int full = n_tokens / p->block_size;
-	int rc = seq_grow(dst, full);
-	if (rc)
-		return rc;
-	for (int i = 0; i < full; i++) {
-		struct kv_ref r = src->blocks[i];
-		if (r.tier == ATLAS_TIER_HBM)
-			p->refs[r.index]++;
-		dst->blocks[i] = r;
-	}
-	dst->n_blocks = full;
-	dst->n_tokens = full * p->block_size;
-	return dst->n_tokens;
-}
-
-int kv_seq_resolve(struct kv_pool *p, const struct kv_seq *seq, int32_t *ids, int max_ids)
-{
-	if (seq->n_blocks > max_ids)
-		return -E2BIG;
-	for (int i = 0; i < seq->n_blocks; i++) {
-		struct kv_ref r = seq->blocks[i];
-		if (r.tier != ATLAS_TIER_HBM || r.index >= (uint32_t)p->n_blocks)
-			return -EFAULT;
-		ids[i] = (int32_t)r.index;
-	}
-	return seq->n_blocks;
-}
-
-void kv_seq_count(const struct kv_seq *seq, uint32_t counts[ATLAS_TIERS])
-{
-	for (int t = 0; t < ATLAS_TIERS; t++)
-		counts[t] = 0;
-	for (int i = 0; i < seq->n_blocks; i++)
-		counts[seq->blocks[i].tier]++;
 }

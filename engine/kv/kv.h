@@ -1,22 +1,18 @@
-/* The paged KV cache: fixed-size blocks, a block table per sequence, a
- * refcounting allocator, and a tier on every block (DESIGN §4.2).
+/* The paged KV block pool: the device memory of every attention layer's K
+ * and V, cut into fixed-size blocks, and a refcounting block allocator.
  *
- * The pool owns, per layer, one K and one V tensor in backend memory of
- * n_blocks * block_size rows (the HBM tier). A sequence's block table lists
- * its blocks in position order; entry i covers positions
- * [i * block_size, (i + 1) * block_size). Each entry says which tier holds the
- * block. Today only the HBM tier exists; the swap tier (host RAM, disk) will
- * move blocks between tiers and back without changing attention, because
- * every attention path gets a sequence's device block ids from
- * kv_seq_resolve() and from nowhere else.
+ * The pool owns, per attention layer, one K and one V tensor in backend
+ * memory of (n_blocks + 1) * block_size rows; block b holds rows
+ * [b * block_size, (b + 1) * block_size) of every layer. The extra block at
+ * the end (pad_block) is never handed out: padding rows of graphed steps
+ * write there. Which sequence owns which block, and in what order, is the
+ * sequence state's business (engine/seq/); this layer counts references.
  *
- * A block may be shared by several sequences (refcount > 1). Sequences only
- * append, and kv_seq_share_prefix() shares only full blocks, so a shared block
- * is never written: a partially filled block is never shared (DESIGN §4.3).
- * Rewriting positions (rollback after speculation) must copy a shared block
- * first; that comes with the feature that needs it.
+ * A block lives in one tier. Only the device tier exists today; the swap
+ * tier will add host and disk copies and the moves between them.
  *
- * Not thread-safe: the engine thread owns the pool.
+ * Not thread-safe: the engine thread changes the allocator while planning,
+ * under engine.lock, which is also what a stats reader holds.
  */
 #ifndef ATLAS_ENGINE_KV_H
 #define ATLAS_ENGINE_KV_H
@@ -24,20 +20,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
 #include "kernels/backend.h"
 
+enum kv_tier { KV_TIER_DEVICE, KV_TIER_HOST, KV_TIER_DISK, KV_TIERS };
+
+/* Where one block of a sequence is: a tier and an index in that tier. */
 struct kv_ref {
-	uint8_t tier;      /* enum atlas_tier: where the block's data is */
+	uint8_t tier;      /* enum kv_tier */
 	uint32_t index;    /* block index within that tier's pool */
 };
 
 struct kv_pool {
 	struct kt_backend *be;      /* not owned */
-	int n_layers;
+	int n_layers;               /* attention layers: one K and one V cache each */
 	int block_size;             /* positions per block */
 	int row_cols;               /* n_kv_heads * head_dim */
-	int n_blocks;               /* HBM blocks handed to sequences */
+	int n_blocks;               /* device blocks handed to sequences */
 	int pad_block;              /* n_blocks: one more block, the target of padding rows */
 	struct kt_tensor *k, *v;    /* [n_layers], each [(n_blocks + 1) * block_size, row_cols]; owned */
 	uint16_t *refs;             /* [n_blocks]: sequences holding each block, 0 = free */
@@ -46,13 +44,8 @@ struct kv_pool {
 	uint64_t bytes_per_block;   /* K and V of all layers */
 };
 
-struct kv_seq {
-	struct kv_ref *blocks;      /* [cap] block table in position order; owned */
-	int n_blocks, cap;
-	int n_tokens;               /* positions whose K/V are written */
-};
-
-/* Size the pool from a byte budget (at least one block per layer set). */
+/* Size the pool from a byte budget (at least one block). A model without
+ * attention layers (n_layers 0) gets an empty pool. */
 int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_kv_heads,
 		 int head_dim, int block_size, uint64_t budget_bytes, char *err, size_t errlen);
 void kv_pool_free(struct kv_pool *p);
@@ -62,25 +55,13 @@ static inline int kv_blocks_for(const struct kv_pool *p, int n_tokens)
 	return (n_tokens + p->block_size - 1) / p->block_size;
 }
 
-/* Make the sequence's blocks cover positions [0, n_tokens), allocating what is
- * missing. All or nothing: -ENOSPC leaves seq unchanged. */
-int kv_seq_reserve(struct kv_pool *p, struct kv_seq *seq, int n_tokens);
-/* Drop the sequence's blocks (refcounts) and forget its positions. */
-void kv_seq_release(struct kv_pool *p, struct kv_seq *seq);
-/* Release and free the block table itself. */
-void kv_seq_free(struct kv_pool *p, struct kv_seq *seq);
-/* Make dst share the full blocks of src's first n_tokens positions (rounded
- * down to whole blocks); dst must be empty. Returns the positions shared. */
-int kv_seq_share_prefix(struct kv_pool *p, struct kv_seq *dst, const struct kv_seq *src,
-			int n_tokens);
-
-/* The one way to read KV: the device block ids of the sequence's blocks, in
- * position order, into ids[0 .. n_blocks). Every block must be in the HBM
- * tier when the step runs; this is where the swap tier will bring the
- * others back. Returns n_blocks or a negative errno. */
-int kv_seq_resolve(struct kv_pool *p, const struct kv_seq *seq, int32_t *ids, int max_ids);
-
-/* Blocks of seq per tier. */
-void kv_seq_count(const struct kv_seq *seq, uint32_t counts[ATLAS_TIERS]);
+/* A free device block with one reference, or -ENOSPC. */
+int kv_block_alloc(struct kv_pool *p);
+void kv_block_ref(struct kv_pool *p, int block);
+/* Drop a reference; the last one frees the block. */
+void kv_block_unref(struct kv_pool *p, int block);
+/* Copy block src's rows of every layer over block dst (on the device,
+ * ordered with the backend's other ops). */
+int kv_block_copy(struct kv_pool *p, int dst, int src);
 
 #endif

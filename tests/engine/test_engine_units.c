@@ -1,5 +1,5 @@
-/* Unit tests of engine parts that need no model: the paged KV allocator,
- * stop-string scanning, position-keyed random numbers, session settings. */
+/* Unit tests of engine parts that need no model: stop-string scanning,
+ * position-keyed random numbers, session settings. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,133 +12,8 @@
 
 #include "common/err.h"
 #include "engine/engine.h"
-#include "engine/kv/kv.h"
-#include "engine/sampler/sampler.h"
-
-static struct kt_backend *cpu(void)
-{
-	static struct kt_backend *be;
-	if (!be) {
-		struct kt_config c = { .backend = "cpu", .threads = 1, .max_tokens = 16,
-				       .max_seqs = 4, .max_context = 256, .max_heads = 4,
-				       .max_head_dim = 8 };
-		char err[ATLAS_ERRLEN];
-		assert_int_equal(kt_backend_open(&c, &be, err, sizeof err), 0);
-	}
-	return be;
-}
-
-/* 2 layers x 16 positions x 8 cols x f32 x (K+V) = 2048 bytes per block. */
-static void pool(struct kv_pool *p, int blocks)
-{
-	char err[ATLAS_ERRLEN];
-	assert_int_equal(kv_pool_init(p, cpu(), 2, 2, 4, 16, (uint64_t)blocks * 2048, err,
-				      sizeof err), 0);
-	assert_int_equal(p->bytes_per_block, 2048);
-	assert_int_equal(p->n_blocks, blocks);
-}
-
-static void test_kv_reserve_and_release(void **state)
-{
-	struct kv_pool p;
-	pool(&p, 8);
-	struct kv_seq a = { 0 }, b = { 0 };
-	assert_int_equal(kv_seq_reserve(&p, &a, 1), 0);
-	assert_int_equal(a.n_blocks, 1);
-	assert_int_equal(kv_seq_reserve(&p, &a, 16), 0);
-	assert_int_equal(a.n_blocks, 1);
-	assert_int_equal(kv_seq_reserve(&p, &a, 17), 0);
-	assert_int_equal(a.n_blocks, 2);
-	assert_int_equal(kv_seq_reserve(&p, &b, 6 * 16), 0);
-	assert_int_equal(p.n_free, 0);
-	/* All or nothing: a failing reservation changes neither table nor pool. */
-	assert_int_equal(kv_seq_reserve(&p, &a, 3 * 16), -ENOSPC);
-	assert_int_equal(a.n_blocks, 2);
-	assert_int_equal(p.n_free, 0);
-
-	/* Every block is held by exactly one sequence, none twice. */
-	int seen[8] = { 0 };
-	int32_t ids[8];
-	int n = kv_seq_resolve(&p, &a, ids, 8);
-	assert_int_equal(n, 2);
-	for (int i = 0; i < n; i++)
-		seen[ids[i]]++;
-	n = kv_seq_resolve(&p, &b, ids, 8);
-	assert_int_equal(n, 6);
-	for (int i = 0; i < n; i++)
-		seen[ids[i]]++;
-	for (int i = 0; i < 8; i++)
-		assert_int_equal(seen[i], 1);
-	assert_int_equal(kv_seq_resolve(&p, &b, ids, 5), -E2BIG);
-
-	kv_seq_release(&p, &b);
-	assert_int_equal(p.n_free, 6);
-	assert_int_equal(kv_seq_reserve(&p, &a, 8 * 16), 0);
-	assert_int_equal(p.n_free, 0);
-	kv_seq_free(&p, &a);
-	kv_seq_free(&p, &b);
-	assert_int_equal(p.n_free, 8);
-	kv_pool_free(&p);
-}
-
-static void test_kv_share_prefix_refcounts(void **state)
-{
-	struct kv_pool p;
-	pool(&p, 8);
-	struct kv_seq a = { 0 }, b = { 0 };
-	assert_int_equal(kv_seq_reserve(&p, &a, 40), 0); /* 3 blocks, the last partial */
-	a.n_tokens = 40;
-	/* Only whole blocks are shared: the partial third block is not. */
-	assert_int_equal(kv_seq_share_prefix(&p, &b, &a, 40), 32);
-	assert_int_equal(b.n_blocks, 2);
-	assert_int_equal(p.n_free, 5);
-	int32_t ia[8], ib[8];
-	kv_seq_resolve(&p, &a, ia, 8);
-	kv_seq_resolve(&p, &b, ib, 8);
-	assert_int_equal(ia[0], ib[0]);
-	assert_int_equal(ia[1], ib[1]);
-	/* b grows into a block of its own. */
-	assert_int_equal(kv_seq_reserve(&p, &b, 33), 0);
-	kv_seq_resolve(&p, &b, ib, 8);
-	assert_int_not_equal(ib[2], ia[2]);
-	assert_int_equal(p.n_free, 4);
-	/* Releasing a keeps the shared blocks alive for b. */
-	kv_seq_release(&p, &a);
-	assert_int_equal(p.n_free, 5);
-	kv_seq_release(&p, &b);
-	assert_int_equal(p.n_free, 8);
-	kv_seq_free(&p, &a);
-	kv_seq_free(&p, &b);
-	kv_pool_free(&p);
-}
-
-static void test_kv_budget_too_small(void **state)
-{
-	struct kv_pool p;
-	char err[ATLAS_ERRLEN] = "";
-	assert_int_equal(kv_pool_init(&p, cpu(), 2, 2, 4, 16, 1000, err, sizeof err), -ENOMEM);
-	assert_non_null(strstr(err, "kv_memory"));
-}
-
-static void test_kv_counts_tiers(void **state)
-{
-	struct kv_pool p;
-	pool(&p, 4);
-	struct kv_seq a = { 0 };
-	assert_int_equal(kv_seq_reserve(&p, &a, 33), 0);
-	uint32_t c[ATLAS_TIERS];
-	kv_seq_count(&a, c);
-	assert_int_equal(c[ATLAS_TIER_HBM], 3);
-	assert_int_equal(c[ATLAS_TIER_HOST], 0);
-	assert_int_equal(c[ATLAS_TIER_DISK], 0);
-	/* A block in another tier cannot be resolved to a device id (yet). */
-	a.blocks[1].tier = ATLAS_TIER_HOST;
-	int32_t ids[4];
-	assert_int_equal(kv_seq_resolve(&p, &a, ids, 4), -EFAULT);
-	a.blocks[1].tier = ATLAS_TIER_HBM;
-	kv_seq_free(&p, &a);
-	kv_pool_free(&p);
-}
+#include "engine/sched/rng.h"
+#include "engine/text/stop.h"
 
 static void test_stop_scan(void **state)
 {
@@ -166,13 +41,13 @@ static void test_stop_scan(void **state)
 
 static void test_uniform_is_keyed_and_spread(void **state)
 {
-	assert_true(sampler_uniform(7, 100) == sampler_uniform(7, 100));
-	assert_true(sampler_uniform(7, 100) != sampler_uniform(7, 101));
-	assert_true(sampler_uniform(7, 100) != sampler_uniform(8, 100));
+	assert_true(rng_uniform(7, 100) == rng_uniform(7, 100));
+	assert_true(rng_uniform(7, 100) != rng_uniform(7, 101));
+	assert_true(rng_uniform(7, 100) != rng_uniform(8, 100));
 	int buckets[10] = { 0 };
 	double sum = 0;
 	for (int i = 0; i < 100000; i++) {
-		float u = sampler_uniform(42, (uint64_t)i);
+		float u = rng_uniform(42, (uint64_t)i);
 		assert_true(u >= 0.0f && u < 1.0f);
 		buckets[(int)(u * 10)]++;
 		sum += u;
@@ -260,10 +135,6 @@ static void test_params_errors_name_the_key(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_kv_reserve_and_release),
-		cmocka_unit_test(test_kv_share_prefix_refcounts),
-		cmocka_unit_test(test_kv_budget_too_small),
-		cmocka_unit_test(test_kv_counts_tiers),
 		cmocka_unit_test(test_stop_scan),
 		cmocka_unit_test(test_uniform_is_keyed_and_spread),
 		cmocka_unit_test(test_params_parse_format_round_trip),

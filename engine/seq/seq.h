@@ -1,0 +1,115 @@
+/* One sequence's state in the engine: paged KV blocks for the model's
+ * attention layers and a fixed-size recurrent state slot for its linear-
+ * attention layers, behind one API (DESIGN §7.3):
+ *
+ *   seq_reserve   room to append positions (allocates; copy-on-write)
+ *   seq_truncate  forget positions from n on (rollback after speculation;
+ *                 the recurrent state comes back from a snapshot)
+ *   seq_snapshot  remember the recurrent state at the current position
+ *   seq_fork      a new sequence that starts as a prefix of another: full
+ *                 blocks shared, the partly filled one copied
+ *   seq_resolve   the one way every attention path reads KV (DESIGN §4.2)
+ *
+ * A block is shared only while full and only read: sequences append, fork
+ * shares whole blocks only, and seq_reserve copies a shared block before a
+ * position in it is written again (after a truncate into it). So a partly
+ * filled block is never shared (DESIGN §4.3).
+ *
+ * Positions [0, n_tokens) have their K/V (and state) written; the caller
+ * advances n_tokens with seq_commit once a step that wrote them has run.
+ *
+ * Not thread-safe: the engine thread owns the pool (engine.lock held).
+ */
+#ifndef ATLAS_ENGINE_SEQ_H
+#define ATLAS_ENGINE_SEQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kv/kv.h"
+#include "engine/model/model.h"
+#include "kernels/backend.h"
+
+/* Recurrent state slots: per linear-attention layer one tensor of n_slots
+ * rows, a row being one sequence's state in that layer. */
+struct state_pool {
+	struct kt_backend *be;      /* not owned */
+	int n_layers;               /* linear-attention layers; 0: the pool is empty */
+	int64_t floats;             /* f32 values of one slot in one layer */
+	int n_slots;
+	struct kt_tensor *layers;   /* [n_layers], each [n_slots, floats] f32; owned */
+	int32_t *free_ids;          /* [n_slots]: stack of free slots */
+	int n_free;
+};
+
+/* Everything the sequences of one model keep on the device. */
+struct seq_pool {
+	struct kv_pool kv;
+	struct state_pool state;
+};
+
+struct seq {
+	struct kv_ref *blocks;      /* [cap] block table in position order; owned */
+	int n_blocks, cap;
+	int n_tokens;               /* positions whose K/V and state are written */
+	int state_slot;             /* recurrent state after position n_tokens - 1, -1: none yet
+				     * (or the model has no linear layers); undefined until the
+				     * first step writes it, which starts from a zero state
+				     * because its first position is 0 */
+	int snap_slot;              /* a copy of the state taken at snap_pos, -1: none */
+	int snap_pos;
+};
+
+/* Recurrent state slots (state.c): the pool, a slot, and the copy of one
+ * slot's state in every linear layer over another's. */
+int state_pool_init(struct state_pool *p, struct kt_backend *be, int n_layers, int64_t floats,
+		    int n_slots, char *err, size_t errlen);
+void state_pool_free(struct state_pool *p);
+int state_slot_alloc(struct state_pool *p);
+void state_slot_free(struct state_pool *p, int slot);
+int state_slot_copy(struct state_pool *p, int dst, int src);
+
+/* The pools of a model: KV blocks from kv_budget bytes for its attention
+ * layers, state_slots recurrent slots when it has linear layers. */
+int seq_pool_init(struct seq_pool *p, struct kt_backend *be, const struct model_config *mc,
+		  int block_size, uint64_t kv_budget, int state_slots, char *err, size_t errlen);
+void seq_pool_free(struct seq_pool *p);
+
+/* An empty sequence (no allocation). */
+void seq_init(struct seq *s);
+/* Room for positions [0, n_tokens): blocks, a state slot, and a private copy
+ * of a shared block that a position >= s->n_tokens falls in. All or
+ * nothing: -ENOSPC leaves s unchanged. */
+int seq_reserve(struct seq_pool *p, struct seq *s, int n_tokens);
+/* Positions [0, n_tokens) are written (n_tokens within the reserved room). */
+void seq_commit(struct seq *s, int n_tokens);
+/* Forget positions [n_tokens, s->n_tokens): blocks past the new end are
+ * dropped and the recurrent state is restored from the snapshot, which must
+ * have been taken at n_tokens (-EINVAL otherwise, and nothing changes).
+ * Truncating to 0 releases everything. */
+int seq_truncate(struct seq_pool *p, struct seq *s, int n_tokens);
+/* Copy the recurrent state aside, tagged with s->n_tokens; a no-op for a
+ * model without linear layers. -ENOSPC when no slot is free. */
+int seq_snapshot(struct seq_pool *p, struct seq *s);
+/* Make empty dst the first n_tokens positions of src: src's full blocks
+ * shared, the partly filled one copied into a block of dst's own, the
+ * recurrent state copied from src's current state (n_tokens == src->n_tokens)
+ * or its snapshot (n_tokens == src->snap_pos), else -EINVAL. All or nothing. */
+int seq_fork(struct seq_pool *p, struct seq *dst, const struct seq *src, int n_tokens);
+/* Drop every block and slot; the sequence is empty and keeps its table memory. */
+void seq_release(struct seq_pool *p, struct seq *s);
+/* Release and free the table. */
+void seq_free(struct seq_pool *p, struct seq *s);
+
+/* The one way to read KV: the device block ids that hold positions
+ * [0, n_tokens), in position order, into ids. Returns the number of blocks,
+ * -EAGAIN when one of them is not on the device (the caller defers the
+ * sequence until it is), -E2BIG when more than max_ids, -EINVAL when the
+ * sequence has no room for n_tokens. */
+int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int32_t *ids,
+		int max_ids);
+/* Blocks of s per tier. */
+void seq_count(const struct seq *s, uint32_t counts[KV_TIERS]);
+
+#endif

@@ -1,0 +1,373 @@
+/* The executor (exec.h): opening the device side, and running one command.
+ *
+ * A run uploads the command's block tables into the rows of its slots,
+ * derives each row's position and slot from the sequences, runs the model
+ * (a decode-only step whose rows all want logits replays the CUDA graph of
+ * its bucket, padded with rows of the pad slot), samples the out rows and
+ * downloads the kept logits.
+ */
+#include "engine/step/exec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+/* Decode batch sizes that get a graph of their own; a batch runs padded to
+ * the next one (or to the largest batch). Dense at the small end, where
+ * padding costs the most relative to the work. */
+static const int graph_batches[] = { 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256 };
+
+/* The context lengths of graph buckets start here and double. */
+#define GRAPH_MIN_KV 256
+
+static int graph_batch(const struct exec *x, int n)
+{
+	const int most = ATLAS_MIN(x->n_seq_slots, x->lim.max_rows);
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(graph_batches); i++)
+		if (graph_batches[i] >= n)
+			return ATLAS_MIN(graph_batches[i], most);
+	return most;
+}
+
+static int graph_kv(const struct exec *x, int max_kv)
+{
+	int b = GRAPH_MIN_KV;
+	while (b < max_kv && b < x->geo.context)
+		b *= 2;
+	return ATLAS_MIN(b, x->geo.context);
+}
+
+/* Bytes for the KV pool: kv_memory, or with 0 what is left on the device of
+ * gpu_memory_fraction once everything else is allocated (cpu: a fixed size). */
+static int kv_budget(struct exec *x, uint64_t *bytes, char *err, size_t errlen)
+{
+	const struct atlas_config *c = &x->cfg;
+	uint64_t free_b, total_b;
+	if (c->kv_memory) {
+		*bytes = c->kv_memory;
+		return 0;
+	}
+	if (strcmp(x->be->info.backend, "cuda")) {
+		*bytes = ATLAS_KV_MEMORY_CPU_AUTO;
+		return 0;
+	}
+	int rc = kt_memory(x->be, &free_b, &total_b);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "kv_memory: cannot read the device's free memory");
+	uint64_t used = total_b - free_b;
+	uint64_t share = (uint64_t)((double)c->gpu_memory_fraction * (double)total_b);
+	if (share <= used)
+		return atlas_errf(err, errlen, -ENOMEM,
+				  "kv_memory: the model and its buffers use %.2f GiB of the %.2f GiB "
+				  "that gpu_memory_fraction %.2f allows on %s; nothing is left for "
+				  "the KV cache (raise gpu_memory_fraction or set kv_memory)",
+				  (double)used / (1 << 30), (double)share / (1 << 30),
+				  c->gpu_memory_fraction, x->be->info.name);
+	*bytes = share - used;
+	log_info("kv_memory: %.2f GiB (gpu_memory_fraction %.2f of %.2f GiB, %.2f GiB in use)",
+		 (double)*bytes / (1 << 30), c->gpu_memory_fraction, (double)total_b / (1 << 30),
+		 (double)used / (1 << 30));
+	return 0;
+}
+
+static int alloc_buffers(struct exec *x, char *err, size_t errlen)
+{
+	struct kt_backend *be = x->be;
+	const struct step_limits *l = &x->lim;
+	const int rows = x->n_seq_slots + 1, vocab = x->geo.vocab;
+	int rc;
+	if ((rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_ids)) ||
+	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_pos)) ||
+	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_seq)) ||
+	    (rc = kt_alloc(be, KT_I32, l->max_out, 1, &x->d_out_rows)) ||
+	    (rc = kt_alloc(be, KT_I32, rows, x->geo.max_blocks, &x->d_tables)) ||
+	    (rc = kt_alloc(be, KT_F32, l->max_out, vocab, &x->d_logits)))
+		return atlas_errf(err, errlen, rc, "cannot allocate step buffers on the %s backend",
+				  be->info.backend);
+	x->ids = calloc((size_t)l->max_rows, sizeof *x->ids);
+	x->pos = calloc((size_t)l->max_rows, sizeof *x->pos);
+	x->seqslot = calloc((size_t)l->max_rows, sizeof *x->seqslot);
+	x->out_rows = calloc((size_t)l->max_rows, sizeof *x->out_rows);
+	x->sample = calloc((size_t)l->max_out, sizeof *x->sample);
+	x->segments = calloc((size_t)l->max_seqs, sizeof *x->segments);
+	x->tokens = calloc((size_t)l->max_out, sizeof *x->tokens);
+	x->logits = malloc((size_t)l->max_out * (size_t)vocab * sizeof *x->logits);
+	if (!x->ids || !x->pos || !x->seqslot || !x->out_rows || !x->sample || !x->segments ||
+	    !x->tokens || !x->logits)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory for step buffers");
+	return 0;
+}
+
+/* Every block-table entry points into the pool: unused ones at block 0,
+ * the pad slot's at the pad block (padding rows write and read only there). */
+static int init_tables(struct exec *x)
+{
+	const size_t cols = (size_t)x->geo.max_blocks, rows = (size_t)x->n_seq_slots + 1;
+	int32_t *t = calloc(rows * cols, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < cols; i++)
+		t[(size_t)x->pad_slot * cols + i] = x->pool.kv.pad_block;
+	int rc = kt_upload(x->be, &x->d_tables, 0, t, rows * cols * sizeof *t);
+	free(t);
+	return rc;
+}
+
+static int load(struct exec *x, char *err, size_t errlen)
+{
+	const struct atlas_config *c = &x->cfg;
+	const bool dummy = !strcmp(c->load_format, "dummy");
+	struct model_config mc;
+	int rc = dummy ? model_shape_config(c->model, &mc, err, errlen)
+		       : model_config_load(c->model, &mc, err, errlen);
+	if (rc)
+		return rc;
+	if (c->context > mc.max_position_embeddings)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "context: %d exceeds the model's max_position_embeddings %d",
+				  c->context, mc.max_position_embeddings);
+	x->geo.context = c->context ? c->context : mc.max_position_embeddings;
+	x->geo.block_size = c->kv_block_size;
+	x->geo.max_blocks = (x->geo.context + c->kv_block_size - 1) / c->kv_block_size;
+	x->geo.n_slots = x->n_seq_slots + 1;
+	x->geo.vocab = mc.vocab_size;
+	x->pad_slot = x->n_seq_slots;
+	x->lim.max_table = x->lim.max_seqs * x->geo.max_blocks;
+
+	struct kt_config kc = {
+		.backend = c->backend, .threads = c->threads, .device = c->device,
+		.max_tokens = x->lim.max_rows, .max_seqs = x->geo.n_slots,
+		.max_context = x->geo.context, .max_heads = mc.n_heads, .max_head_dim = mc.head_dim,
+	};
+	if ((rc = kt_backend_open(&kc, &x->be, err, errlen)))
+		return rc;
+	rc = dummy ? model_load_dummy(c->model, x->be, x->lim.max_rows, x->lim.max_out,
+				      &x->model, err, errlen)
+		   : model_load(c->model, x->be, x->lim.max_rows, x->lim.max_out, &x->model, err,
+				errlen);
+	if (rc)
+		return rc;
+	x->mc = model_get_config(x->model);
+	model_get_info(x->model, &x->info);
+	x->graphs = x->be->info.graphs && c->cuda_graphs;
+	/* The step buffers come before the KV pool, so that an automatic
+	 * kv_memory sees every other allocation. */
+	uint64_t kv_bytes = 0;
+	if ((rc = alloc_buffers(x, err, errlen)) || (rc = kv_budget(x, &kv_bytes, err, errlen)))
+		return rc;
+	/* Recurrent states: one per sequence slot and one snapshot each. */
+	if ((rc = seq_pool_init(&x->pool, x->be, x->mc, c->kv_block_size, kv_bytes,
+				2 * x->n_seq_slots, err, errlen)))
+		return rc;
+	x->geo.n_blocks = x->pool.kv.n_blocks;
+	if ((rc = init_tables(x)))
+		return atlas_errf(err, errlen, rc, "cannot initialise the block tables");
+	return 0;
+}
+
+int exec_open(const struct atlas_config *cfg, int n_seq_slots, const struct step_limits *lim,
+	      struct exec **out, char *err, size_t errlen)
+{
+	struct exec *x = calloc(1, sizeof *x);
+	if (!x)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
+	x->cfg = *cfg;
+	x->n_seq_slots = n_seq_slots;
+	x->lim = *lim;
+	int rc = load(x, err, errlen);
+	if (rc) {
+		exec_close(x);
+		return rc;
+	}
+	*out = x;
+	return 0;
+}
+
+void exec_close(struct exec *x)
+{
+	if (!x)
+		return;
+	if (x->be) {
+		struct kt_tensor *t[] = { &x->d_ids, &x->d_pos, &x->d_seq, &x->d_out_rows,
+					  &x->d_tables, &x->d_logits };
+		for (size_t i = 0; i < ATLAS_ARRAY_LEN(t); i++)
+			if (t[i]->data)
+				kt_free(x->be, t[i]);
+		seq_pool_free(&x->pool);
+		model_free(x->model);
+		kt_backend_close(x->be);
+	}
+	free(x->ids);
+	free(x->pos);
+	free(x->seqslot);
+	free(x->out_rows);
+	free(x->sample);
+	free(x->segments);
+	free(x->tokens);
+	free(x->logits);
+	free(x);
+}
+
+/* One forward pass as the graph of kt_graph records it. */
+struct forward_args {
+	struct model *model;
+	struct model_step s;
+};
+
+static int record_forward(void *ctx)
+{
+	struct forward_args *f = ctx;
+	return model_forward(f->model, &f->s);
+}
+
+/* The step's rows on the host: position and slot of every row, the decode
+ * rows and the segments of kt_batch, the rows that give logits. */
+static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b, int *max_kv)
+{
+	int n = 0;
+	*max_kv = 0;
+	b->n_single = 0;
+	for (int i = 0; i < c->n_seqs; i++) {
+		const struct step_seq *q = &c->seqs[i];
+		for (int r = 0; r < q->n_rows; r++) {
+			x->pos[q->row + r] = q->pos0 + r;
+			x->seqslot[q->row + r] = q->slot;
+		}
+		*max_kv = ATLAS_MAX(*max_kv, q->pos0 + q->n_rows);
+		if (q->n_rows == 1 && n == 0)
+			b->n_single++;
+		else
+			x->segments[n++] = (struct kt_segment){ .row = q->row, .n_rows = q->n_rows,
+								.pos0 = q->pos0, .seq = q->slot };
+	}
+	b->n_segments = n;
+	b->segments = x->segments;
+	memcpy(x->ids, c->ids, (size_t)c->n_rows * sizeof *x->ids);
+	for (int i = 0; i < c->n_out; i++) {
+		x->out_rows[i] = c->out[i].row;
+		x->sample[i] = c->out[i].params;
+	}
+}
+
+static int upload_tables(struct exec *x, const struct step_cmd *c)
+{
+	for (int i = 0; i < c->n_seqs; i++) {
+		const struct step_seq *q = &c->seqs[i];
+		size_t off = (size_t)q->slot * (size_t)x->geo.max_blocks * sizeof(int32_t);
+		int rc = kt_upload(x->be, &x->d_tables, off, c->tables + q->table,
+				   (size_t)q->n_blocks * sizeof(int32_t));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int upload_i32(struct exec *x, const struct kt_tensor *dst, const int32_t *src, int n)
+{
+	return kt_upload(x->be, dst, 0, src, (size_t)n * sizeof *src);
+}
+
+/* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits.
+ * A step of decode rows only, each giving logits, replays the graph of its
+ * bucket: padded with rows of the pad slot to the bucket's batch. */
+static int forward(struct exec *x, const struct step_cmd *c)
+{
+	int n_rows = c->n_rows, n_out = c->n_out, max_kv, rc;
+	struct forward_args f = {
+		.model = x->model,
+		.s = { .kcache = x->pool.kv.k, .vcache = x->pool.kv.v,
+		       .batch = { .block_size = x->geo.block_size, .block_tables = x->d_tables } },
+	};
+	lay_out(x, c, &f.s.batch, &max_kv);
+	bool graph = x->graphs && f.s.batch.n_single == n_rows && n_out == n_rows;
+	for (int i = 0; graph && i < n_out; i++)
+		graph = x->out_rows[i] == i;
+	if (graph) {
+		int padded = graph_batch(x, n_rows);
+		for (int i = n_rows; i < padded; i++) {
+			x->ids[i] = 0;
+			x->pos[i] = 0;
+			x->seqslot[i] = x->pad_slot;
+			x->out_rows[i] = i;
+		}
+		n_rows = n_out = f.s.batch.n_single = padded;
+		max_kv = graph_kv(x, max_kv);
+	}
+	f.s.batch.n_tokens = n_rows;
+	f.s.batch.max_kv_len = max_kv;
+	f.s.batch.pos = kt_rows(x->d_pos, 0, n_rows);
+	f.s.batch.seq = kt_rows(x->d_seq, 0, n_rows);
+	f.s.ids = kt_rows(x->d_ids, 0, n_rows);
+	f.s.out_rows = kt_rows(x->d_out_rows, 0, n_out);
+	f.s.logits = kt_rows(x->d_logits, 0, n_out);
+	if ((rc = upload_tables(x, c)) || (rc = upload_i32(x, &f.s.ids, x->ids, n_rows)) ||
+	    (rc = upload_i32(x, &f.s.batch.pos, x->pos, n_rows)) ||
+	    (rc = upload_i32(x, &f.s.batch.seq, x->seqslot, n_rows)) ||
+	    (rc = upload_i32(x, &f.s.out_rows, x->out_rows, n_out)))
+		return rc;
+	if (graph)
+		return kt_graph(x->be, (uint64_t)n_rows << 32 | (uint64_t)max_kv, record_forward,
+				&f);
+	return record_forward(&f);
+}
+
+/* Copy the kept rows to the host, consecutive ones in one download. */
+static int download_kept(struct exec *x, const struct step_cmd *c, int *n_keep)
+{
+	const size_t row = (size_t)x->geo.vocab * sizeof(float);
+	int kept = 0;
+	for (int i = 0; i < c->n_out;) {
+		if (!c->out[i].keep) {
+			i++;
+			continue;
+		}
+		int j = i;
+		while (j < c->n_out && c->out[j].keep)
+			j++;
+		int rc = kt_download(x->be, x->logits + (size_t)kept * (size_t)x->geo.vocab,
+				     &x->d_logits, (size_t)i * row, (size_t)(j - i) * row);
+		if (rc)
+			return rc;
+		kept += j - i;
+		i = j;
+	}
+	*n_keep = kept;
+	return 0;
+}
+
+int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
+	     size_t errlen)
+{
+	const char *be = x->be->info.backend;
+	bool sample = false;
+	int rc;
+
+	if ((rc = step_cmd_check(c, &x->lim, &x->geo, err, errlen))) {
+		atlas_errprefix(err, errlen, "step %llu", (unsigned long long)c->number);
+		return rc;
+	}
+	if ((rc = forward(x, c)))
+		return atlas_errf(err, errlen, rc, "%s backend: forward pass failed (%s)", be,
+				  strerror(-rc));
+	for (int i = 0; i < c->n_out; i++)
+		sample |= c->out[i].sample;
+	if (sample) {
+		const struct kt_tensor logits = kt_rows(x->d_logits, 0, c->n_out);
+		if ((rc = kt_sample(x->be, &logits, x->sample, c->n_out, x->tokens)))
+			return atlas_errf(err, errlen, rc, "%s backend: sampling failed (%s)", be,
+					  strerror(-rc));
+	}
+	for (int i = 0; i < c->n_out; i++)
+		if (!c->out[i].sample)
+			x->tokens[i] = -1;
+	if ((rc = download_kept(x, c, &r->n_keep)))
+		return atlas_errf(err, errlen, rc, "%s backend: cannot read logits (%s)", be,
+				  strerror(-rc));
+	r->tokens = x->tokens;
+	r->logits = x->logits;
+	return 0;
+}

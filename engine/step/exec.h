@@ -1,0 +1,69 @@
+/* The executor: the device side of the engine. It owns the backend, the
+ * model's weights, the sequence pool's device memory and the step buffers,
+ * and runs step commands (step.h); it knows nothing of sessions, turns or
+ * the scheduler. The engine drives one; a replay test drives a second from
+ * a recorded command stream; an expert-parallel worker will be one.
+ *
+ * Block-table rows: the first n_seq_slots belong to sequences (slots in the
+ * commands); one more, the pad slot, serves the padding rows of graphed
+ * steps and points every entry at the pool's pad block.
+ *
+ * One thread at a time: the engine thread. exec_run allocates nothing.
+ */
+#ifndef ATLAS_ENGINE_EXEC_H
+#define ATLAS_ENGINE_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "engine/model/model.h"
+#include "engine/seq/seq.h"
+#include "engine/step/step.h"
+#include "kernels/backend.h"
+
+struct exec {
+	struct atlas_config cfg;        /* a copy: backend, model, sizes */
+	struct kt_backend *be;
+	struct model *model;
+	const struct model_config *mc;  /* the model's */
+	struct model_info info;
+	struct seq_pool pool;           /* device memory of the sequences; its allocator is the
+					 * scheduler's (engine thread, engine.lock) */
+	struct step_limits lim;         /* the largest command */
+	struct step_geometry geo;       /* what commands are checked against */
+	int n_seq_slots;                /* block-table rows of sequences */
+	int pad_slot;                   /* n_seq_slots */
+	bool graphs;                    /* decode-only steps replay CUDA graphs */
+
+	/* Device step buffers. */
+	struct kt_tensor d_ids, d_pos, d_seq;   /* [max_rows, 1] i32 */
+	struct kt_tensor d_out_rows;            /* [max_out, 1] i32 */
+	struct kt_tensor d_tables;              /* [n_seq_slots + 1, max_blocks] i32 */
+	struct kt_tensor d_logits;              /* [max_out, vocab] f32 */
+
+	/* Host staging, sized for the largest command (plus graph padding). */
+	int32_t *ids, *pos, *seqslot;           /* [max_rows] */
+	int32_t *out_rows;                      /* [max_rows] */
+	struct kt_sample_row *sample;           /* [max_out] */
+	struct kt_segment *segments;            /* [max_seqs] */
+	int32_t *tokens;                        /* [max_out] the result's tokens */
+	float *logits;                          /* [max_out, vocab] the result's kept rows */
+};
+
+/* Open the backend cfg names, load its model (or dummy shape) and size the
+ * sequence pool (kv_memory, or what the device has left): for n_seq_slots
+ * sequence slots and commands up to lim, whose max_table exec_open sets
+ * from the context (x->lim is the whole of it). */
+int exec_open(const struct atlas_config *cfg, int n_seq_slots, const struct step_limits *lim,
+	      struct exec **out, char *err, size_t errlen);
+void exec_close(struct exec *x);
+
+/* Check and run one command; on success r points into x's result arrays.
+ * Returns when the sampled tokens and kept logits are on the host. An error
+ * leaves the KV of the command's sequences undefined. */
+int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
+	     size_t errlen);
+
+#endif
