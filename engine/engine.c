@@ -204,6 +204,22 @@ static void engine_free(struct atlas_engine *e)
 	free(e);
 }
 
+/* A step holds every session's slot, or one tools request. */
+void engine_step_limits(const struct atlas_config *c, struct step_limits *l)
+{
+	*l = (struct step_limits){
+		.max_seqs = c->max_batch,
+		.max_rows = c->chunk_size + c->max_batch,
+		.max_out = ATLAS_MAX(c->max_batch, ENGINE_LOGITS_CHUNK),
+	};
+}
+
+/* The sessions' slots and the tools slot. */
+int engine_seq_slots(const struct atlas_config *c)
+{
+	return c->max_batch + 1;
+}
+
 static int load(struct atlas_engine *e, char *err, size_t errlen)
 {
 	const struct atlas_config *c = &e->cfg;
@@ -216,14 +232,9 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	} else if (rc) {
 		return rc;
 	}
-	/* Sessions' slots and the tools slot; a step holds every session, or
-	 * one tools request. */
-	struct step_limits lim = {
-		.max_seqs = slots,
-		.max_rows = c->chunk_size + slots,
-		.max_out = ATLAS_MAX(slots, ENGINE_LOGITS_CHUNK),
-	};
-	if ((rc = exec_open(c, slots + 1, &lim, &e->x, err, errlen)))
+	struct step_limits lim;
+	engine_step_limits(c, &lim);
+	if ((rc = exec_open(c, engine_seq_slots(c), &lim, &e->x, err, errlen)))
 		return rc;
 	e->mc = e->x->mc;
 	e->vocab = e->x->geo.vocab;

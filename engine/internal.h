@@ -127,6 +127,12 @@ struct atlas_engine {
 	uint64_t t_open_ns;
 };
 
+/* The executor an engine with config c opens: its step limits (max_table
+ * left to exec_open) and sequence slots. What a replay of its commands
+ * opens too. */
+void engine_step_limits(const struct atlas_config *c, struct step_limits *l);
+int engine_seq_slots(const struct atlas_config *c);
+
 /* Record every step (engine/engine.c): fn runs on the engine thread without
  * the lock, after the step's result is known. Set before any session opens. */
 void engine_on_step(struct atlas_engine *e, engine_step_fn fn, void *ctx);
