@@ -17,7 +17,8 @@
 #include "common/log.h"
 
 /* Decode batch sizes that get a graph of their own; a batch runs padded to
- * the next one (or to the largest batch). Dense at the small end, where
+ * the next one (or to the largest batch a command holds, whose rows and
+ * logits rows the buffers have room for). Dense at the small end, where
  * padding costs the most relative to the work. */
 static const int graph_batches[] = { 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256 };
 
@@ -26,7 +27,7 @@ static const int graph_batches[] = { 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128
 
 static int graph_batch(const struct exec *x, int n)
 {
-	const int most = ATLAS_MIN(x->n_seq_slots, x->lim.max_rows);
+	const int most = ATLAS_MIN(x->lim.max_seqs, x->lim.max_out);
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(graph_batches); i++)
 		if (graph_batches[i] >= n)
 			return ATLAS_MIN(graph_batches[i], most);
