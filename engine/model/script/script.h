@@ -36,10 +36,10 @@
  * A word not followed by what it wants is plain text. A step sleeps once, as
  * long as the longest of its rows asks.
  *
- * Raw mode reads the question from where the last answer ended, so a raw
- * turn that did not end with its end token (cancelled, max_tokens, a stop
- * string) leaves its answer open and the next raw prompt reads as more of
- * it; write `reset` to ctl before the next one.
+ * Chat mode closes the previous answer in the context itself. Raw mode does
+ * not: after an answer that did not end with its end token (cancelled,
+ * failed, max_tokens, a stop string), a raw prompt reads as more of that
+ * answer; write `reset` to ctl before it.
  *
  * The forward embeds each row's id as two small integers (id / 256, id %
  * 256: exact in bf16 and f16 too) with a fixed table, stores them as K and
