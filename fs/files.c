@@ -1,6 +1,7 @@
-/* Open files: generated text snapshots (README, the ctl/ files, history, status, a
- * session's ctl), prompts written to `in`, settings and commands written to a
- * session's `ctl`, and the dispatch of `out` to stream.c. */
+/* Open files: generated text snapshots (README, the ctl/ files, history,
+ * status, a session's ctl), prompts written to `in` and committed at flush,
+ * and the dispatch of a session's `ctl` writes to ctl.c and of `out` to
+ * stream.c. */
 #include "fs/internal.h"
 
 #include <errno.h>
@@ -51,7 +52,7 @@ void fs_file_free(struct fs_file *f)
 		fs_session_put(f->sess);
 	pthread_mutex_destroy(&f->lock);
 	free(f->buf);
-	free(f->pending);
+	fs_ctl_batch_free(&f->ctl);
 	free(f);
 }
 
@@ -59,24 +60,6 @@ void fs_file_put(struct fs_file *f)
 {
 	if (atomic_fetch_sub(&f->refs, 1) == 1)
 		fs_file_free(f);
-}
-
-static int session_params_text(struct fs_session *s, char **text, size_t *len)
-{
-	struct atlas_params p;
-	pthread_mutex_lock(&s->lock);
-	if (s->es)
-		atlas_session_get_params(s->es, &p);
-	bool gone = !s->es;
-	pthread_mutex_unlock(&s->lock);
-	if (gone)
-		return -ENOENT;
-	size_t n = atlas_params_format(&p, NULL, 0);
-	*text = malloc(n + 1);
-	if (!*text)
-		return -ENOMEM;
-	*len = atlas_params_format(&p, *text, n + 1);
-	return 0;
 }
 
 static int session_history_text(struct fs_session *s, char **text, size_t *len)
@@ -112,7 +95,7 @@ static int open_session_file(struct atlas_fs *fs, struct fs_session *s, enum fs_
 	size_t len = 0;
 	int rc = 0;
 	if (sf == SF_CTL)
-		rc = session_params_text(s, &text, &len);
+		rc = fs_ctl_text(s, &text, &len);
 	else if (sf == SF_HISTORY)
 		rc = session_history_text(s, &text, &len);
 	else if (sf == SF_STATUS)
@@ -135,7 +118,7 @@ static int open_session_file(struct atlas_fs *fs, struct fs_session *s, enum fs_
 	return 0;
 }
 
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	int accmode = fi->flags & O_ACCMODE;
@@ -176,8 +159,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fs_file_free(f);   /* the open was interrupted: no release will come */
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		struct fuse_file_info *fi)
 {
 	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
 	if (f->kind == FK_OUT) {
@@ -267,138 +250,18 @@ static int in_commit(struct fs_file *f)
 	return 0;
 }
 
-enum ctl_cmd { CMD_NONE, CMD_CANCEL, CMD_RESET };
-
-/* Parse one line of a ctl write into p or a command. */
-static int ctl_line(char *line, struct atlas_params *p, bool *stop_seen, bool *settings,
-		    enum ctl_cmd *cmd, char *err, size_t errlen)
-{
-	size_t n = strlen(line);
-	if (n && line[n - 1] == '\r')
-		line[--n] = 0;
-	line += strspn(line, " \t");
-	if (!*line)
-		return 0;
-	char *value = line + strcspn(line, " \t");
-	if (*value)
-		*value++ = 0;   /* the value is the rest of the line after one separator */
-	if (strcmp(line, "cancel") == 0 || strcmp(line, "reset") == 0) {
-		if (*value)
-			return atlas_errf(err, errlen, -EINVAL, "%s takes no value", line);
-		*cmd = line[0] == 'c' ? CMD_CANCEL : CMD_RESET;
-		return 0;
-	}
-	*settings = true;
-	return atlas_params_parse(p, line, value, stop_seen, err, errlen);
-}
-
-/* Parse a batch of ctl lines; with `apply`, set them and run the commands.
- * Every line parses or nothing changes. */
-static int ctl_run(struct fs_session *s, const char *buf, size_t size, bool apply)
-{
-	char err[ATLAS_ERRLEN] = "";
-	char *text = malloc(size + 1);
-	if (!text)
-		return -ENOMEM;
-	memcpy(text, buf, size);
-	text[size] = 0;
-	int rc = 0;
-	if (memchr(text, 0, size))
-		rc = atlas_errf(err, sizeof err, -EINVAL, "NUL byte in a setting");
-
-	pthread_mutex_lock(&s->lock);
-	struct atlas_params p;
-	enum ctl_cmd cmds[64];
-	size_t n_cmds = 0;
-	bool stop_seen = false, settings = false;
-	if (!rc && !s->es)
-		rc = atlas_errf(err, sizeof err, -ENOENT, "the session is removed");
-	if (!rc)
-		atlas_session_get_params(s->es, &p);
-	for (char *line = text, *next; !rc && line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = 0;
-		enum ctl_cmd cmd = CMD_NONE;
-		rc = ctl_line(line, &p, &stop_seen, &settings, &cmd, err, sizeof err);
-		if (!rc && cmd != CMD_NONE && n_cmds == ATLAS_ARRAY_LEN(cmds))
-			rc = atlas_errf(err, sizeof err, -EINVAL, "too many commands in one write");
-		if (!rc && cmd != CMD_NONE)
-			cmds[n_cmds++] = cmd;
-	}
-	if (!rc && settings)
-		rc = apply ? atlas_session_set_params(s->es, &p, err, sizeof err)
-			   : atlas_session_check_params(s->es, &p, err, sizeof err);
-	for (size_t i = 0; !rc && apply && i < n_cmds; i++) {
-		if (cmds[i] == CMD_CANCEL)
-			atlas_session_cancel(s->es);
-		else
-			atlas_session_reset(s->es);
-	}
-	pthread_mutex_unlock(&s->lock);
-	free(text);
-	if (rc) {
-		log_info("session %s: ctl: %s", s->name, err);
-		return rc == -ENOENT ? rc : -EINVAL;
-	}
-	return 0;
-}
-
-/* A write to ctl is checked at once, so a bad line fails its write with
- * EINVAL; the lines are applied together at flush (close). Shells write a
- * redirection line by line (bash's printf does), so applying each write on
- * its own would let `printf 'a 1\nbad\n' > ctl` change half the settings. */
-static int ctl_write(struct fs_file *f, const char *buf, size_t size)
-{
-	int rc = 0;
-	pthread_mutex_lock(&f->lock);
-	if (f->poisoned) {
-		rc = -EINVAL;
-	} else if (size > FS_IN_MAX - f->pending_len) {
-		rc = -EFBIG;
-	} else {
-		char *n = realloc(f->pending, f->pending_len + size);
-		if (!n) {
-			rc = -ENOMEM;
-		} else {
-			f->pending = n;
-			memcpy(f->pending + f->pending_len, buf, size);
-			f->pending_len += size;
-			/* Check the complete lines; an unfinished one waits for flush. */
-			const char *end = memrchr(f->pending, '\n', f->pending_len);
-			if (end)
-				rc = ctl_run(f->sess, f->pending, (size_t)(end - f->pending), false);
-		}
-	}
-	if (rc == -EINVAL)
-		f->poisoned = true;
-	pthread_mutex_unlock(&f->lock);
-	return rc;
-}
-
-static int ctl_flush(struct fs_file *f)
-{
-	int rc = 0;
-	pthread_mutex_lock(&f->lock);
-	if (!f->poisoned && f->pending_len)
-		rc = ctl_run(f->sess, f->pending, f->pending_len, true);
-	f->pending_len = 0;
-	f->poisoned = false;
-	pthread_mutex_unlock(&f->lock);
-	return rc;
-}
-
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		 struct fuse_file_info *fi)
 {
 	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
-	int rc;
-	if (f->kind == FK_IN)
+	int rc = -EACCES;
+	if (f->kind == FK_IN) {
 		rc = in_append(f, buf, size);
-	else if (f->kind == FK_CTL)
-		rc = ctl_write(f, buf, size);
-	else
-		rc = -EACCES;
+	} else if (f->kind == FK_CTL) {
+		pthread_mutex_lock(&f->lock);
+		rc = fs_ctl_write(f->sess, &f->ctl, buf, size);
+		pthread_mutex_unlock(&f->lock);
+	}
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -407,21 +270,28 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 
 /* A prompt and ctl lines are committed here, at close, and not at release:
  * release is asynchronous, so `echo p > in; cat out` would race it. */
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
-	int rc = f->kind == FK_IN ? in_commit(f) : f->kind == FK_CTL ? ctl_flush(f) : 0;
+	int rc = 0;
+	if (f->kind == FK_IN) {
+		rc = in_commit(f);
+	} else if (f->kind == FK_CTL) {
+		pthread_mutex_lock(&f->lock);
+		rc = fs_ctl_flush(f->sess, &f->ctl);
+		pthread_mutex_unlock(&f->lock);
+	}
 	fuse_reply_err(req, -rc);
 }
 
-static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fuse_reply_err(req, 0);
 	fs_file_put((struct fs_file *)(uintptr_t)fi->fh);
 }
 
-static void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
-		    struct fuse_pollhandle *ph)
+void fs_op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		struct fuse_pollhandle *ph)
 {
 	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
 	if (f->kind == FK_OUT) {
@@ -433,14 +303,4 @@ static void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 	fuse_reply_poll(req, f->kind == FK_IN ? POLLOUT | POLLWRNORM :
 			f->kind == FK_CTL ? POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM :
 			POLLIN | POLLRDNORM);
-}
-
-void fs_init_ops_files(struct fuse_lowlevel_ops *ops)
-{
-	ops->open = op_open;
-	ops->read = op_read;
-	ops->write = op_write;
-	ops->flush = op_flush;
-	ops->release = op_release;
-	ops->poll = op_poll;
 }

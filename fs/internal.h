@@ -1,11 +1,18 @@
-/* Private structures of the FUSE tree, shared by the fs/ sources.
+/* Private structures of the FUSE tree, shared by the fs/ sources, and the
+ * request handlers that the operation table of ops.c lists.
+ *
+ * Files: fs.c the tree's life (open, mount, loop, stop, free); ops.c the
+ * FUSE operation table; sessions.c the session table; nodes.c names,
+ * inodes, attributes and directories; files.c open files and prompts;
+ * ctl.c a session's ctl file and its line protocol; stream.c `out`, parked
+ * reads and the waker thread; render.c and metrics.c generated text.
  *
  * Locks, in the order they nest: fs.lock (the session list and every
- * session's refs) before session.lock (its engine handle and its out
- * handles). fs.wake_lock is a leaf: the engine's notify callback takes only
- * it. No lock is held while a reply or a notification goes to the kernel,
- * and none while calling fuse_req_interrupt_func(), whose callback takes
- * session.lock.
+ * session's refs), a handle's fs_file.lock (its written bytes), then
+ * session.lock (its engine handle and its out handles). fs.wake_lock is a
+ * leaf: the engine's notify callback takes only it. No lock is held while
+ * a reply or a notification goes to the kernel, and none while calling
+ * fuse_req_interrupt_func(), whose callback takes session.lock.
  */
 #ifndef ATLAS_FS_INTERNAL_H
 #define ATLAS_FS_INTERNAL_H
@@ -97,6 +104,15 @@ struct fs_session {
 
 enum fs_kind { FK_TEXT, FK_IN, FK_OUT, FK_CTL };
 
+/* The lines written to a session's ctl through one handle since its last
+ * flush (ctl.c). */
+struct fs_ctl_batch {
+	char *text;                      /* [len] the lines as written; owned */
+	size_t len;
+	bool poisoned;                   /* a write since the last flush failed, so that
+					  * flush applies nothing */
+};
+
 /* What fuse_file_info.fh points to. */
 struct fs_file {
 	atomic_int refs;                 /* the kernel's until release + replies in flight */
@@ -104,14 +120,11 @@ struct fs_file {
 	struct fs_file *prev, *next;     /* fs.files, under fs.lock */
 	enum fs_kind kind;
 	struct fs_session *sess;         /* a ref; NULL for files outside sessions */
-	pthread_mutex_t lock;            /* buf of FK_IN, pending of FK_CTL */
+	pthread_mutex_t lock;            /* buf of FK_IN, ctl of FK_CTL */
 	char *buf;                       /* FK_TEXT, FK_CTL: the snapshot read from; FK_IN:
 					  * bytes written since the last commit; owned */
 	size_t len, cap;
-	char *pending;                   /* FK_CTL: lines written since the last flush; owned */
-	size_t pending_len;
-	bool poisoned;                   /* FK_CTL: a write since the last flush failed, so
-					  * that flush applies nothing */
+	struct fs_ctl_batch ctl;         /* FK_CTL: lines written since the last flush */
 	struct fs_out out;               /* FK_OUT */
 };
 
@@ -141,25 +154,77 @@ struct atlas_fs {
 	uint64_t pass;                   /* (waker only) */
 };
 
-/* fs.c: the session table */
+/* ops.c: the FUSE session of fs, serving the operation table. */
+struct fuse_session *fs_fuse_session_new(struct atlas_fs *fs, struct fuse_args *args);
+
+/* sessions.c: the session table. Lookups return the session with a ref
+ * (fs_session_put drops it), NULL if none. */
 int fs_session_create(struct atlas_fs *fs, const char *name, struct fs_session **out, char *err,
 		      size_t errlen);
 struct fs_session *fs_session_by_name(struct atlas_fs *fs, const char *name);
 /* With removed_too, a removed session that open handles still keep is found. */
 struct fs_session *fs_session_by_id(struct atlas_fs *fs, uint64_t id, bool removed_too);
 void fs_session_put(struct fs_session *s);
+/* rmdir: remove the session called name from the tree and close its engine
+ * session; its readers are answered by the waker. 0 or -ENOENT. */
 int fs_session_remove(struct atlas_fs *fs, const char *name);
+/* Take the engine handle away from s (under its lock, so that no engine
+ * call on it is in flight) and close it. */
+void fs_session_close(struct fs_session *s);
+/* At the end of the mount: mark the first session not yet removed as
+ * removed and return it with the table's ref, NULL when none is left. */
+struct fs_session *fs_session_take_next(struct atlas_fs *fs);
+/* Free s whatever its refs (atlas_fs_free). */
+void fs_session_free(struct fs_session *s);
 
 /* nodes.c: names, inodes, attributes and directories */
 extern const char *const fs_sfile_names[SF_END];
-void fs_init_ops_nodes(struct fuse_lowlevel_ops *ops);
 bool fs_ino_session(fuse_ino_t ino, uint64_t *id, enum fs_sfile *f);
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		   struct fuse_file_info *fi);
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		   struct fuse_file_info *fi);
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		  struct fuse_file_info *fi);
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname);
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		  const char *newname, unsigned int flags);
 
 /* files.c: open files */
-void fs_init_ops_files(struct fuse_lowlevel_ops *ops);
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		struct fuse_file_info *fi);
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		struct fuse_pollhandle *ph);
 /* Drop a ref; the last one frees f and drops its session ref. */
 void fs_file_put(struct fs_file *f);
 void fs_file_free(struct fs_file *f);
+
+/* ctl.c: a session's ctl file. The caller serialises the calls on one
+ * batch (the handle's lock). */
+/* The settings as `key value` lines (malloc'd, owned by the caller). */
+int fs_ctl_text(struct fs_session *s, char **text, size_t *len);
+/* Add a write to the batch and check its complete lines: 0, -EINVAL for a
+ * bad line (the batch is then poisoned), -EFBIG, -ENOMEM, -ENOENT. */
+int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, size_t size);
+/* Apply the batch (settings, then cancel/reset in order) and empty it. */
+int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b);
+void fs_ctl_batch_free(struct fs_ctl_batch *b);
 
 /* stream.c: out handles, parked reads, the waker thread */
 int fs_out_open(struct fs_session *s, struct fs_out *o);

@@ -141,7 +141,7 @@ static fuse_ino_t find(struct atlas_fs *fs, fuse_ino_t parent, const char *name)
 	return 0;
 }
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	fuse_ino_t ino = find(fs, parent, name);
@@ -151,18 +151,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		reply_entry(req, fs, ino);
 }
 
-static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	/* Inodes are computed, not allocated: nothing to drop. */
 	fuse_reply_none(req);
 }
 
-static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	fuse_reply_none(req);
 }
 
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	struct stat st;
@@ -175,8 +175,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* Truncating `in` or `ctl` (a shell's `>`) is accepted and changes nothing;
  * times are ignored; modes and owners are fixed. */
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-		       struct fuse_file_info *fi)
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		   struct fuse_file_info *fi)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	struct stat st;
@@ -271,7 +271,7 @@ static int dir_snapshot(struct atlas_fs *fs, fuse_ino_t ino, struct dir_list **o
 	return 0;
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct dir_list *dl;
 	int rc = dir_snapshot(fuse_req_userdata(req), ino, &dl);
@@ -284,8 +284,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		free(dl);
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		   struct fuse_file_info *fi)
 {
 	struct dir_list *dl = (struct dir_list *)(uintptr_t)fi->fh;
 	char *buf = malloc(size);
@@ -306,13 +306,13 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
-static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	free((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	if (parent != NODE_ROOT) {
@@ -338,7 +338,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_entry(req, fs, ino);
 }
 
-static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	fuse_ino_t ino = find(fs, parent, name);
@@ -356,57 +356,37 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 /* The tree's names are fixed: nothing is created, removed or renamed but
  * session directories. */
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	fuse_reply_err(req, find(fs, parent, name) ? EACCES : ENOENT);
 }
 
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		      struct fuse_file_info *fi)
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		  struct fuse_file_info *fi)
 {
 	fuse_reply_err(req, EACCES);
 }
 
-static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		     dev_t rdev)
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		 dev_t rdev)
 {
 	fuse_reply_err(req, EACCES);
 }
 
-static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	fuse_reply_err(req, EACCES);
 }
 
-static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	fuse_reply_err(req, EACCES);
 }
 
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		      const char *newname, unsigned int flags)
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		  const char *newname, unsigned int flags)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	fuse_reply_err(req, find(fs, parent, name) ? EACCES : ENOENT);
-}
-
-void fs_init_ops_nodes(struct fuse_lowlevel_ops *ops)
-{
-	ops->lookup = op_lookup;
-	ops->forget = op_forget;
-	ops->forget_multi = op_forget_multi;
-	ops->getattr = op_getattr;
-	ops->setattr = op_setattr;
-	ops->opendir = op_opendir;
-	ops->readdir = op_readdir;
-	ops->releasedir = op_releasedir;
-	ops->mkdir = op_mkdir;
-	ops->rmdir = op_rmdir;
-	ops->unlink = op_unlink;
-	ops->create = op_create;
-	ops->mknod = op_mknod;
-	ops->symlink = op_symlink;
-	ops->link = op_link;
-	ops->rename = op_rename;
 }

@@ -8,10 +8,12 @@
 #   run: sh tools/gpu-check.sh          carry: .devdeps
 #
 # 1. meson test, every suite: backend = auto picks the GPU wherever a test
-#    opens the engine with the defaults (cli, fs, default_model), and the gpu
+#    opens the engine with the defaults (cli, fs/test_atlasd.sh,
+#    default_model; the other fs tests pin the cpu backend), and the gpu
 #    suite checks every cuda op against the cpu backend;
 # 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda, on
-#    each of the five transformers test models;
+#    each of the five transformers test models, and the scripted family's
+#    forward pass (tests/model/test_script.c) on cuda;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
 # 4. atlas bench on the default model.
 # Logs go to $OUT when it is set. The exit status is the number of failed parts.
@@ -43,6 +45,11 @@ for m in tests/fidelity/models/*/; do
 		>"$out/engine-cuda-${m##*/}.log" 2>&1 || failed=$((failed + 1))
 	echo "${m##*/}: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/engine-cuda-${m##*/}.log" | tr '\n' ' ')"
 done
+
+part scripted family on cuda
+ATLAS_TEST_BACKEND=cuda $build/tests/model/test_model_script tests/fs/script-model \
+	>"$out/script-cuda.log" 2>&1 || failed=$((failed + 1))
+grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/script-cuda.log"
 
 # The cuda backend multiplies bf16 weights by bf16-rounded activations and
 # keeps K and V in bf16: transformers' own bf16 run differs from its float32

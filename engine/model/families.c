@@ -7,10 +7,13 @@
 
 #include "common/err.h"
 #include "engine/model/dense/dense.h"
+#include "engine/model/script/script.h"
 
 static const struct model_arch archs[] = {
 	{ "Qwen3ForCausalLM", "qwen3", &dense_family, DENSE_QWEN3 },
 	{ "LlamaForCausalLM", "llama", &dense_family, DENSE_LLAMA },
+	/* answers scripted by rules, for tests without weights (script.h) */
+	{ "AtlasScriptForCausalLM", "atlas_script", &script_family, 0 },
 };
 
 const struct model_arch *model_arch_find(const char *architecture, const char *model_type)

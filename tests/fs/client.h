@@ -1,6 +1,7 @@
-/* Shared by the fs test programs: the program's mount D (atlasd built
- * against the fake engine, see fake_engine.c), helpers that assert, and a
- * main that mounts, runs the tests, and checks a clean SIGTERM unmount. */
+/* Shared by the fs test programs: the program's mount D (atlasd with the
+ * scripted model, engine/model/script/script.h, on the cpu backend),
+ * helpers that assert, and a main that mounts, runs the tests, and checks
+ * a clean SIGTERM unmount. */
 #ifndef ATLAS_TESTS_FS_CLIENT_H
 #define ATLAS_TESTS_FS_CLIENT_H
 
@@ -74,13 +75,17 @@ static inline int run_mounted(int argc, char **argv, const char *name,
 	int rc = harness_args(argc, argv);
 	if (rc)
 		return rc;
-	if (daemon_prepare(&D) != 0)
+	/* A model path that label values of ctl/metrics must escape. */
+	if (daemon_prepare(&D, "script \"model\" \\ dir") != 0)
 		return 1;
-	char opts[600];
-	snprintf(opts, sizeof opts,
-		 "model=%s,sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
-		 D.model);
-	const char *args[] = { "-o", opts, NULL };
+	char model[1000];
+	model_option(&D, model, sizeof model);
+	/* One cpu worker and a small KV pool: the tests share the machine. */
+	const char *args[] = {
+		"-o", model, "-o", "backend=cpu,threads=1,kv_memory=1M",
+		"-o", "sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
+		NULL,
+	};
 	rc = daemon_start(&D, args);
 	if (rc) {
 		daemon_cleanup(&D);

@@ -1,5 +1,7 @@
+/* The fs tests' daemon, mounts and file helpers (harness.h). */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 const char *harness_atlasd;
+const char *harness_model;
 
 double now_s(void)
 {
@@ -22,16 +25,70 @@ double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int daemon_prepare(struct daemon *d)
+static int copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	char buf[8192];
+	ssize_t n = in < 0 || out < 0 ? -1 : 0;
+	while (n >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			n = -1;
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) != 0)
+		n = -1;
+	return n < 0 ? -1 : 0;
+}
+
+/* Copy the files of the scripted model into d->model. */
+static int copy_model(struct daemon *d)
+{
+	DIR *dir = opendir(harness_model);
+	if (!dir || mkdir(d->model, 0755) != 0) {
+		if (dir)
+			closedir(dir);
+		return -1;
+	}
+	int rc = 0;
+	for (struct dirent *e; !rc && (e = readdir(dir));) {
+		char from[1000], to[1000];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(from, sizeof from, "%s/%s", harness_model, e->d_name);
+		snprintf(to, sizeof to, "%s/%s", d->model, e->d_name);
+		rc = copy_file(from, to);
+	}
+	closedir(dir);
+	return rc;
+}
+
+int daemon_prepare(struct daemon *d, const char *model_name)
 {
 	memset(d, 0, sizeof *d);
 	snprintf(d->dir, sizeof d->dir, "/tmp/atlas-fs-XXXXXX");
 	if (!mkdtemp(d->dir))
 		return -1;
 	snprintf(d->mnt, sizeof d->mnt, "%s/mnt", d->dir);
-	snprintf(d->model, sizeof d->model, "%s/model", d->dir);
+	snprintf(d->model, sizeof d->model, "%s/%s", d->dir, model_name);
 	snprintf(d->log, sizeof d->log, "%s/log", d->dir);
-	return mkdir(d->mnt, 0755) || mkdir(d->model, 0755) ? -1 : 0;
+	return mkdir(d->mnt, 0755) || copy_model(d) ? -1 : 0;
+}
+
+void model_option(const struct daemon *d, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, "model=");
+	for (const char *c = d->model; *c && n + 5 < len; c++) {
+		if (*c == '\\') {
+			/* \\ for the INI text, each of the two escaped for FUSE */
+			memcpy(buf + n, "\\\\\\\\", 4);
+			n += 4;
+		} else {
+			if (*c == ',')
+				buf[n++] = '\\';
+			buf[n++] = *c;
+		}
+	}
+	buf[n] = 0;
 }
 
 pid_t daemon_spawn(struct daemon *d, const char *const *args)
@@ -224,11 +281,12 @@ int get_file(const char *path, char **text, size_t *len)
 
 int harness_args(int argc, char **argv)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s ATLASD\n", argv[0]);
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s ATLASD MODEL_DIR\n", argv[0]);
 		return 1;
 	}
 	harness_atlasd = argv[1];
+	harness_model = argv[2];
 	if (access("/dev/fuse", R_OK | W_OK) != 0) {
 		fprintf(stderr, "no usable /dev/fuse: skipped\n");
 		return SKIP;

@@ -1,6 +1,7 @@
-/* Helpers of the fs tests: a daemon (atlasd built against the fake engine)
- * mounted on a temporary directory, and small file operations that return
- * a negative errno instead of failing. */
+/* Helpers of the fs tests: a daemon (the real atlasd, serving a copy of
+ * the scripted model tests/fs/script-model) mounted on a temporary
+ * directory, and small file operations that return a negative errno
+ * instead of failing. */
 #ifndef ATLAS_TESTS_FS_HARNESS_H
 #define ATLAS_TESTS_FS_HARNESS_H
 
@@ -11,21 +12,27 @@
 #define SKIP 77
 
 struct daemon {
-	char dir[256];      /* temporary directory: mnt/, model/, log */
+	char dir[256];      /* temporary directory: mnt/, the model's copy, log */
 	char mnt[300];
-	char model[300];
+	char model[400];    /* the copy of the scripted model */
 	char log[300];      /* the daemon's stderr */
 	pid_t pid;          /* 0 when not running (or not our child) */
 };
 
-/* The atlasd to run (argv[1] of the test). */
+/* The atlasd to run (argv[1] of the test) and the scripted model's
+ * directory (argv[2]). */
 extern const char *harness_atlasd;
-/* Take the atlasd path from argv[1] and check /dev/fuse: 0, or the status
- * main must return (1 for usage, SKIP without FUSE). */
+extern const char *harness_model;
+/* Take the paths from argv and check /dev/fuse: 0, or the status main must
+ * return (1 for usage, SKIP without FUSE). */
 int harness_args(int argc, char **argv);
 
-/* Make the directories of d. */
-int daemon_prepare(struct daemon *d);
+/* Make the directories of d, the model's copy in d->dir/model_name. */
+int daemon_prepare(struct daemon *d, const char *model_name);
+/* "model=DIR" for -o: d->model with its backslashes escaped for the
+ * configuration's INI text, then backslashes and commas for FUSE's option
+ * parser. */
+void model_option(const struct daemon *d, char *buf, size_t len);
 /* Run atlasd with args (NULL-terminated, between the program and the
  * mountpoint), without waiting; its stderr goes to d->log. */
 pid_t daemon_spawn(struct daemon *d, const char *const *args);

@@ -1,3 +1,5 @@
+/* A strict checker of ctl/metrics: the Prometheus text format and atlas's
+ * naming rules (metrics_check.h). */
 #include "metrics_check.h"
 
 #include <ctype.h>

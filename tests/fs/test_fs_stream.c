@@ -1,7 +1,8 @@
 /* Prompts and answers (DESIGN §2, `in` and `out`) on a real FUSE mount:
  * commits at close, per-handle cursors, blocking, O_NONBLOCK, poll,
  * interrupts, UTF-8, failed and cancelled turns, parked readers and rmdir.
- * The fake engine answers a prompt with the prompt reversed. */
+ * The scripted model answers a prompt with the prompt reversed; SLEEP,
+ * FAIL and SLOW script a turn (engine/model/script/script.h). */
 #include "client.h"
 
 #include <errno.h>
@@ -43,8 +44,6 @@ static void test_commit_at_flush(void **state)
 	assert_string_equal(text, "olleh");
 	free(text);
 }
-
-/* Each handle has its own cursor; reads block and end with EOF. */
 
 /* Each handle has its own cursor; reads block and end with EOF. */
 static void test_two_readers_block_then_eof(void **state)
@@ -181,8 +180,6 @@ static bool whole_utf8(const char *s, size_t n)
 }
 
 /* A read whose buffer ends inside a character returns the characters before it. */
-
-/* A read whose buffer ends inside a character returns the characters before it. */
 static void test_utf8_not_split(void **state)
 {
 	char prompt[512] = "", want[512] = "";
@@ -214,7 +211,7 @@ static void test_failed_turn(void **state)
 	assert_value(mpath(&D, "s1/status"), "finish", "error");
 	char *err = value_of(mpath(&D, "s1/status"), "last_error");
 	assert_non_null(err);
-	assert_non_null(strstr(err, "failed on purpose"));
+	assert_non_null(strstr(err, "forward pass failed"));
 	free(err);
 }
 
@@ -284,8 +281,8 @@ static void test_history_status_reset(void **state)
 	free(hist);
 	const char *st = mpath(&D, "s2/status");
 	assert_value(st, "state", "idle");
-	assert_value(st, "generated_tokens", "6");
-	assert_value(st, "finish", "stop");
+	assert_value(st, "generated_tokens", "7");   /* "dnoces" and the end of turn */
+	assert_value(st, "finish", "eos");
 	assert_value(st, "last_error", "");
 	const char *keys[] = { "slot", "turns", "prompt_tokens", "context_tokens", "context_max",
 			       "kv_blocks_hbm", "kv_blocks_host", "kv_blocks_disk",
