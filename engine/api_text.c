@@ -1,7 +1,6 @@
 /* The text forms of the public API: state and tier names, and the `key value`
  * lines of session settings (a session's ctl file). Pure functions of their
- * arguments, with no engine state, so that tools and tests can link them
- * alone. */
+ * arguments, with no engine state. */
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
