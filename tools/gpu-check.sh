@@ -9,7 +9,8 @@
 #
 # 1. meson test, every suite: backend = auto picks the GPU wherever a test
 #    opens the engine with the defaults (cli, fs, default_model), and the gpu
-#    suite checks every cuda op against the cpu backend;
+#    suite (ops-cuda: tests/ops/test_ops cuda) checks every op case on cuda
+#    against the cpu backend;
 # 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda, on
 #    each of the five transformers test models;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
