@@ -38,7 +38,7 @@ struct op_backend {
 	enum kt_dtype weight_dtype;     /* what kt_weight() stores */
 };
 
-/* One case running: its generator, memory, tensors and checks (test_ops.c). */
+/* One case running: its generator, memory, tensors and checks (ops_run.c). */
 struct op_run;
 
 struct op_family {
@@ -48,7 +48,8 @@ struct op_family {
 	void *(*build)(struct op_run *r, const void *params, const struct op_backend *target);
 	/* Run the op(s) on b and return host copies of what they produced. Never
 	 * draws random numbers: a case runs twice on the same inputs. */
-	void *(*run)(struct op_run *r, const void *params, const void *in, const struct op_backend *b);
+	void *(*run)(struct op_run *r, const void *params, const void *in,
+		     const struct op_backend *b);
 	/* Record the checks of got (the backend under test) against the
 	 * reference (cpu NULL) or against the cpu backend's results. */
 	void (*check)(struct op_run *r, const void *params, const void *in, const void *got,
@@ -58,7 +59,7 @@ struct op_family {
 
 struct op_case {
 	const char *name;   /* unique; the runner's filter matches it or op */
-	const char *op;     /* the kt_ops entry under test */
+	const char *op;     /* the kt_ops entry (or entries) under test */
 	const struct op_family *family;
 	const void *params; /* the family's parameter struct */
 };
@@ -81,7 +82,7 @@ struct op_list {
 #define OP_MAX_HEADS 64
 #define OP_MAX_HEAD_DIM 256
 
-/* The case being run (test_ops.c, for helpers that report). */
+/* The name of the case being run (a graph case keys its graphs on it). */
 const char *op_case_name(const struct op_run *r);
 
 /* Deterministic random numbers (splitmix64), seeded per case. */
@@ -138,19 +139,18 @@ void op_set(struct op_run *r, const struct op_backend *b, const struct kt_tensor
 	    const float *host);
 /* Download a whole f32 or bf16 tensor as f32 values (into the case's memory). */
 float *op_get(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t);
-/* Download a whole i32 tensor. */
-int32_t *op_get_ints(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t);
 
 /* Checks (ops_check.c). Each records its error and tolerance; the case
  * passes when all do. `what` is printed as given (printf format). */
-/* Reference mode: |got - ref| <= tol · scale per element (scale NULL: |ref|,
- * at least 1e-30); the error shown is the largest scaled one. Non-finite
- * got fails. */
+/* |got - ref| <= tol · scale per element (scale NULL: |ref|, at least
+ * 1e-30), the references' form of error; the error shown is the largest
+ * scaled one. Non-finite got fails. */
 void op_check_rel(struct op_run *r, const float *got, const double *ref, const double *scale,
 		  size_t n, double tol, const char *what, ...)
 	__attribute__((format(printf, 7, 8)));
-/* Comparison mode: max |got - want| <= max_abs_tol and NMSE = Σ(got -
- * want)² / Σ want² <= nmse_tol; got must be finite where want is. */
+/* max |got - want| <= max_abs_tol and NMSE = Σ(got - want)² / Σ want² <=
+ * nmse_tol (an infinite max_abs_tol: the NMSE alone), the comparisons'
+ * form of error; got must be finite where want is. */
 void op_check_close(struct op_run *r, const float *got, const float *want, size_t n,
 		    double max_abs_tol, double nmse_tol, const char *what, ...)
 	__attribute__((format(printf, 7, 8)));

@@ -119,15 +119,18 @@ static void mark_bad_blocks(const struct paged_world *w, const struct paged_toke
 	for (int i = 0; i < t->T; i++) {
 		int blk = t->pos[i] / bs;
 
-		bad[i] = store ? (t->seq[i] == BAD_SEQ_A && blk == 0) ||
-					 (t->seq[i] == BAD_SEQ_B && blk == BAD_BLOCK_B)
-			       : t->seq[i] == BAD_SEQ_A || (t->seq[i] == BAD_SEQ_B && blk >= BAD_BLOCK_B);
+		if (store)
+			bad[i] = (t->seq[i] == BAD_SEQ_A && blk == 0) ||
+				 (t->seq[i] == BAD_SEQ_B && blk == BAD_BLOCK_B);
+		else
+			bad[i] = t->seq[i] == BAD_SEQ_A ||
+				 (t->seq[i] == BAD_SEQ_B && blk >= BAD_BLOCK_B);
 	}
 }
 
 /* Break the step's metadata (host copy, and for device faults the table) as
  * the case says; marks the affected rows; returns the max_kv_len to use. */
-static int break_step(struct op_run *r, const struct fault_params *p, const struct paged_world *w,
+static int break_step(const struct fault_params *p, const struct paged_world *w,
 		      struct paged_tokens *t, int32_t *table, bool *bad)
 {
 	const int L = paged_max_len(&w->step);
@@ -237,7 +240,7 @@ static void *fault_run(struct op_run *r, const void *params, const void *input,
 	o->tok = copy_tokens(r, &w->step);
 	o->table = op_dup(r, w->table, (size_t)w->n_slots * w->bt_cols * sizeof(int32_t));
 	o->bad = op_alloc(r, (size_t)w->step.T * sizeof(bool));
-	max_kv_len = break_step(r, p, w, &o->tok, o->table, o->bad);
+	max_kv_len = break_step(p, w, &o->tok, o->table, o->bad);
 	if (is_store(p->fault)) {
 		op_ok(r, kt_upload(b->be, &d.table, 0, o->table, kt_nbytes(&d.table)), "kt_upload");
 		run_store(r, p, b, w, &d, o, max_kv_len);
@@ -303,10 +306,12 @@ static void fault_check(struct op_run *r, const void *params, const void *input,
 		return;
 	}
 	if (is_store(p->fault)) {
+		const size_t n = (size_t)w->n_blocks * w->p->bs * w->C;
+
 		op_check_rc(r, g->rc_call, -EINVAL, "refused at the call");
 		op_check_rc(r, g->rc_sync, 0, "nothing to report at the sync point");
-		op_check_poison(r, g->kc, (size_t)w->n_blocks * w->p->bs * w->C, "k cache left alone");
-		op_check_poison(r, g->vc, (size_t)w->n_blocks * w->p->bs * w->C, "v cache left alone");
+		op_check_poison(r, g->kc, n, "k cache left alone");
+		op_check_poison(r, g->vc, n, "v cache left alone");
 		return;
 	}
 	op_check_rc(r, g->rc_clean, 0, "the clean step runs");
@@ -338,19 +343,22 @@ static void fault_check(struct op_run *r, const void *params, const void *input,
 			    OP_FAULT_NAN, "a bad index"))
 		return;
 	for (size_t t = 0; t < T; t++) {
+		const float *row = g->got + t * QC, *clean = g->clean + t * QC;
+		const int pos = w->step.pos[t];
+
 		if (g->bad[t])
 			continue;
 		/* Another max_kv_len may split the decode rows' keys otherwise
 		 * (cuda): then the other rows are as close as two backends. */
 		if (p->fault == ATT_PAST_BUCKET && w->target_kv == KT_BF16)
-			op_check_close(r, g->got + t * QC, g->clean + t * QC, QC, 4e-3, 2e-5,
-				       "row %zu (position %d) as in the clean run", t, w->step.pos[t]);
+			op_check_close(r, row, clean, QC, 4e-3, 2e-5,
+				       "row %zu (position %d) as in the clean run", t, pos);
 		else if (p->fault == ATT_PAST_BUCKET)
-			op_check_close(r, g->got + t * QC, g->clean + t * QC, QC, 2e-5, 1e-10,
-				       "row %zu (position %d) as in the clean run", t, w->step.pos[t]);
+			op_check_close(r, row, clean, QC, 2e-5, 1e-10,
+				       "row %zu (position %d) as in the clean run", t, pos);
 		else
-			op_check_bits(r, g->got + t * QC, g->clean + t * QC, QC,
-				      "row %zu (position %d) as in the clean run", t, w->step.pos[t]);
+			op_check_bits(r, row, clean, QC,
+				      "row %zu (position %d) as in the clean run", t, pos);
 	}
 }
 

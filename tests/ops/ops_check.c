@@ -118,8 +118,8 @@ void op_check_ints(struct op_run *r, const int32_t *got, const int32_t *want, si
 		if (got[i] != want[i] && !bad++)
 			first = i;
 	if (bad)
-		snprintf(detail, sizeof detail, "%zu of %zu differ; first [%zu]: got %d want %d", bad,
-			 n, first, got[first], want[first]);
+		snprintf(detail, sizeof detail, "%zu of %zu differ; first [%zu]: got %d want %d",
+			 bad, n, first, got[first], want[first]);
 	va_start(ap, what);
 	op_record(r, (double)bad, 0.0, !bad, detail, what, ap);
 	va_end(ap);

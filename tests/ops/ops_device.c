@@ -94,13 +94,14 @@ static void device_check(struct op_run *r, const void *params, const void *input
 		op_check(r, strcmp(i->backend, g->kind) == 0, "backend \"%s\"", i->backend);
 		op_check(r, strlen(i->name) > 0, "name \"%s\"", i->name);
 		op_check(r, i->memory_total > 0 && i->memory_free <= i->memory_total,
-			 "memory %.1f GiB total, %.1f GiB free", (double)i->memory_total / (1 << 30),
-			 (double)i->memory_free / (1 << 30));
+			 "memory %.1f GiB total, %.1f GiB free",
+			 (double)i->memory_total / (1 << 30), (double)i->memory_free / (1 << 30));
 		op_check(r, i->kv_dtype == (g->cpu ? KT_F32 : KT_BF16), "KV caches in %s",
 			 kt_dtype_name(i->kv_dtype));
-		op_check(r, i->graphs == !g->cpu, "graphs %s", i->graphs ? "recorded" : "not recorded");
-		op_check(r, strstr(g->built, g->kind) != NULL, "\"%s\" among the backends built (%s)",
-			 g->kind, g->built);
+		op_check(r, i->graphs == !g->cpu, "graphs %s",
+			 i->graphs ? "recorded" : "not recorded");
+		op_check(r, strstr(g->built, g->kind) != NULL,
+			 "\"%s\" among the backends built (%s)", g->kind, g->built);
 		break;
 	case DEVICE_THREADS:
 		if (!g->cpu) {

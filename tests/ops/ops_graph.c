@@ -199,7 +199,8 @@ static void matmul_reference(const struct graph_in *in, int T, int i, double *re
 			double s = in->bias[j], a = fabs(in->bias[j]);
 
 			for (int k = 0; k < GK; k++) {
-				double v = (double)in->x[i][(size_t)t * GK + k] * in->w[(size_t)j * GK + k];
+				double v = (double)in->x[i][(size_t)t * GK + k] *
+					   in->w[(size_t)j * GK + k];
 
 				s += v;
 				a += fabs(v);

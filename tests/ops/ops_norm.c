@@ -80,7 +80,8 @@ static void norm_check(struct op_run *r, const void *params, const void *input, 
 	if (c) {
 		op_check_close(r, g->out, c->out, n, 1e-5, 1e-12, "out against the cpu");
 		if (p->residual && !p->in_place)
-			op_check_bits(r, g->x, c->x, n, "x after the residual add equal to the cpu's");
+			op_check_bits(r, g->x, c->x, n,
+				      "x after the residual add equal to the cpu's");
 		return;
 	}
 	ref = op_doubles(r, n);

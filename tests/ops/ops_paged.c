@@ -279,7 +279,7 @@ void paged_reference(struct op_run *r, const struct paged_world *w, double *ref,
 			double *m = mag + (out - ref), top = -INFINITY, sum = 0.0;
 
 			for (int j = 0; j < n; j++) {
-				const float *k = w->k_f32[s] + (size_t)j * w->C + (size_t)kvh * p->D;
+				const float *k = w->k_f32[s] + (size_t)j * w->C + kvh * p->D;
 				double d = 0.0;
 
 				for (int i = 0; i < p->D; i++)
@@ -292,7 +292,7 @@ void paged_reference(struct op_run *r, const struct paged_world *w, double *ref,
 			for (int i = 0; i < p->D; i++)
 				out[i] = m[i] = 0.0;
 			for (int j = 0; j < n; j++) {
-				const float *v = w->v_f32[s] + (size_t)j * w->C + (size_t)kvh * p->D;
+				const float *v = w->v_f32[s] + (size_t)j * w->C + kvh * p->D;
 
 				for (int i = 0; i < p->D; i++) {
 					out[i] += score[j] / sum * v[i];

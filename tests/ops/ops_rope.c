@@ -103,8 +103,9 @@ static void rope_reference(const struct rope_params *p, const struct rope_in *in
 
 	for (int t = 0; t < p->T; t++) {
 		for (int h = 0; h < p->n_heads; h++) {
-			const float *x = in->x + (size_t)t * C + (size_t)h * p->D;
-			double *ra = ref + (size_t)t * C + (size_t)h * p->D, *sa = scale + (ra - ref);
+			const size_t at = (size_t)t * C + (size_t)h * p->D;
+			const float *x = in->x + at;
+			double *ra = ref + at, *sa = scale + at;
 			double ss = 0.0, inv_rms = 1.0;
 
 			for (int i = 0; p->norm && i < p->D; i++)
@@ -112,7 +113,8 @@ static void rope_reference(const struct rope_params *p, const struct rope_in *in
 			if (p->norm)
 				inv_rms = 1.0 / sqrt(ss / p->D + eps);
 			for (int i = 0; i < half; i++) {
-				float angle = (float)in->pos[t] * in->inv[i]; /* f32, as Hugging Face */
+				/* the angle in f32, as Hugging Face computes it */
+				float angle = (float)in->pos[t] * in->inv[i];
 				double c = cos((double)angle), s = sin((double)angle);
 				double a = x[i], bb = x[i + half];
 

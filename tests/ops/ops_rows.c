@@ -91,8 +91,8 @@ static const struct op_family rows = { rows_build, rows_run, rows_check, false }
 
 #define EMBED(name, ...) \
 	{ name, "embed", &rows, &(const struct rows_params){ .op = ROWS_EMBED, __VA_ARGS__ } }
-#define GATHER(name, ...) \
-	{ name, "gather_rows", &rows, &(const struct rows_params){ .op = ROWS_GATHER, __VA_ARGS__ } }
+#define GATHER(name, ...) { name, "gather_rows", &rows, \
+	&(const struct rows_params){ .op = ROWS_GATHER, __VA_ARGS__ } }
 
 /* What a refusal case breaks. */
 enum rows_fault {

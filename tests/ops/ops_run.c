@@ -6,7 +6,6 @@
  * with longjmp back to op_run_case(), which still frees what the case owned:
  * every buffer and tensor is recorded here as it is made.
  */
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,18 +45,19 @@ struct op_run {
 	size_t n_opened, cap_opened;
 };
 
-/* Grow *a (n used of *cap, elem bytes each) for one more; exits when out of
- * memory: the test cannot go on then. */
-static void grow(void **a, size_t n, size_t *cap, size_t elem)
+/* a (n used of *cap, elem bytes each) with room for one more; exits when
+ * out of memory: the test cannot go on then. */
+static void *grow(void *a, size_t n, size_t *cap, size_t elem)
 {
 	if (n < *cap)
-		return;
+		return a;
 	*cap = *cap ? 2 * *cap : 64;
-	*a = realloc(*a, *cap * elem);
-	if (!*a) {
+	a = realloc(a, *cap * elem);
+	if (!a) {
 		fprintf(stderr, "test_ops: out of host memory\n");
 		exit(1);
 	}
+	return a;
 }
 
 const char *op_case_name(const struct op_run *r)
@@ -110,10 +110,11 @@ void *op_alloc(struct op_run *r, size_t bytes)
 	void *p = calloc(1, bytes ? bytes : 1);
 
 	if (!p) {
-		fprintf(stderr, "test_ops: %s: out of host memory (%zu bytes)\n", r->c->name, bytes);
+		fprintf(stderr, "test_ops: %s: out of host memory (%zu bytes)\n", r->c->name,
+			bytes);
 		exit(1);
 	}
-	grow((void **)&r->blocks, r->n_blocks, &r->cap_blocks, sizeof(*r->blocks));
+	r->blocks = grow(r->blocks, r->n_blocks, &r->cap_blocks, sizeof(*r->blocks));
 	r->blocks[r->n_blocks++] = p;
 	return p;
 }
@@ -174,7 +175,7 @@ void op_record(struct op_run *r, double err, double tol, bool ok, const char *de
 {
 	struct op_check_rec *k;
 
-	grow((void **)&r->checks, r->n_checks, &r->cap_checks, sizeof(*r->checks));
+	r->checks = grow(r->checks, r->n_checks, &r->cap_checks, sizeof(*r->checks));
 	k = &r->checks[r->n_checks++];
 	vsnprintf(k->what, sizeof k->what, what, ap);
 	snprintf(k->detail, sizeof k->detail, "%s", detail ? detail : "");
@@ -208,7 +209,7 @@ void op_ok(struct op_run *r, int rc, const char *what)
 
 static struct kt_tensor own(struct op_run *r, const struct op_backend *b, struct kt_tensor t)
 {
-	grow((void **)&r->owned, r->n_owned, &r->cap_owned, sizeof(*r->owned));
+	r->owned = grow(r->owned, r->n_owned, &r->cap_owned, sizeof(*r->owned));
 	r->owned[r->n_owned++] = (struct op_owned){ b, t };
 	return t;
 }
@@ -269,7 +270,7 @@ const struct op_backend *op_open(struct op_run *r, const struct op_backend *like
 	rc = kt_backend_open(copy, &b->be, err, sizeof err);
 	snprintf(what, sizeof what, "kt_backend_open %s (%s)", like->kind, err);
 	op_ok(r, rc, what);
-	grow((void **)&r->opened, r->n_opened, &r->cap_opened, sizeof(*r->opened));
+	r->opened = grow(r->opened, r->n_opened, &r->cap_opened, sizeof(*r->opened));
 	r->opened[r->n_opened++] = b->be;
 	return b;
 }
@@ -333,14 +334,6 @@ float *op_get(struct op_run *r, const struct op_backend *b, const struct kt_tens
 	} else {
 		op_ok(r, kt_download(b->be, out, t, 0, n * 4), "kt_download");
 	}
-	return out;
-}
-
-int32_t *op_get_ints(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t)
-{
-	int32_t *out = op_ints(r, (size_t)(t->rows * t->cols));
-
-	op_ok(r, kt_download(b->be, out, t, 0, kt_nbytes(t)), "kt_download (i32)");
 	return out;
 }
 
@@ -455,10 +448,10 @@ bool op_run_case(const struct op_case *c, const struct op_backend *test,
 	ms = (seconds() - t0) * 1e3;
 	head = headline(&r);
 	if (head && head->tol > 0.0)
-		printf("  %-60s %-12s err %-9.3g tol %-9.3g %s", c->name, c->op, head->err,
+		printf("  %-60s %-15s err %-9.3g tol %-9.3g %s", c->name, c->op, head->err,
 		       head->tol, ok ? "OK" : "FAIL");
 	else
-		printf("  %-60s %-12s exact, %3zu checks      %s", c->name, c->op, r.n_checks,
+		printf("  %-60s %-15s exact, %3zu checks      %s", c->name, c->op, r.n_checks,
 		       ok ? "OK" : "FAIL");
 	if (verbose)
 		printf("  (%.0f ms)", ms);
@@ -469,8 +462,8 @@ bool op_run_case(const struct op_case *c, const struct op_backend *test,
 		if (!verbose && k->ok)
 			continue;
 		if (k->tol > 0.0)
-			printf("      %-4s %s: %.3g (tol %.3g)%s%s\n", k->ok ? "ok" : "FAIL", k->what,
-			       k->err, k->tol, k->detail[0] ? ": " : "", k->detail);
+			printf("      %-4s %s: %.3g (tol %.3g)%s%s\n", k->ok ? "ok" : "FAIL",
+			       k->what, k->err, k->tol, k->detail[0] ? ": " : "", k->detail);
 		else
 			printf("      %-4s %s%s%s\n", k->ok ? "ok" : "FAIL", k->what,
 			       k->detail[0] ? ": " : "", k->detail);

@@ -11,7 +11,9 @@
  * backend is cuda and this build or machine has none.
  *
  * The case tables live in ops_*.c, one file per op family; a new file is
- * one entry of OP_FILES below.
+ * one entry of OP_FILES below. Environment: ATLAS_TEST_SEED changes every
+ * case's inputs (each case seeds its generator from its name and this);
+ * ATLAS_CUDA_DEVICE picks the GPU (default 0).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -128,7 +130,8 @@ int main(int argc, char **argv)
 	}
 	open_backend("cpu", &configs[0], &cpu);
 	if (test == &cpu)
-		printf("test_ops: cpu [%s] against double-precision references\n", cpu.be->info.name);
+		printf("test_ops: cpu [%s] against double-precision references\n",
+		       cpu.be->info.name);
 	else
 		printf("test_ops: %s [%s] against cpu [%s]\n", kind, test->be->info.name,
 		       cpu.be->info.name);
