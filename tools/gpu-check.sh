@@ -10,7 +10,8 @@
 # 1. meson test, every suite: backend = auto picks the GPU wherever a test
 #    opens the engine with the defaults (cli, fs/test_atlasd.sh,
 #    default_model; the other fs tests pin the cpu backend), and the gpu
-#    suite checks every cuda op against the cpu backend;
+#    suite (ops-cuda: tests/ops/test_ops cuda) checks every op case on cuda
+#    against the cpu backend;
 # 2. the engine invariants (tests/engine) with ATLAS_TEST_BACKEND=cuda, on
 #    each of the five transformers test models, and the scripted family's
 #    forward pass (tests/model/test_script.c) on cuda;

@@ -71,7 +71,8 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 	if (x->cols != (int64_t)n_heads * head_dim || !cpu_shape(pos, KT_I32, T, 1) ||
 	    !cpu_shape(inv_freq, KT_F32, 1, head_dim / 2))
 		return -EINVAL;
-	if (norm_w && !cpu_shape(norm_w, KT_F32, 1, head_dim))
+	/* The norm refuses what cpu_rmsnorm refuses (and cuda's rope does). */
+	if (norm_w && (!cpu_shape(norm_w, KT_F32, 1, head_dim) || !(eps >= 0.0f)))
 		return -EINVAL;
 	p = pos->data;
 	for (int64_t t = 0; t < T; t++)
