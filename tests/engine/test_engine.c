@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,22 +21,10 @@
 
 #include "common/err.h"
 #include "engine/engine.h"
+#include "engine_testutil.h"
 
 static const char *model_dir;
 static bool graphs = true; /* cuda_graphs of the engines opened next */
-
-/* Waiting for turns: the notify callback broadcasts a condition variable. */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static uint64_t wakeups;
-
-static void on_notify(void *ctx, struct atlas_session *s)
-{
-	pthread_mutex_lock(&mu);
-	wakeups++;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
 
 static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_memory)
 {
@@ -59,36 +46,8 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_me
 	int rc = atlas_engine_open(&c, &e, err, sizeof err);
 	if (rc)
 		fail_msg("atlas_engine_open: %s", err);
-	atlas_engine_set_notify(e, on_notify, NULL);
+	atlas_engine_set_notify(e, et_on_notify, NULL);
 	return e;
-}
-
-/* Read the turn's output to its end; returns the final atlas_read error. */
-static int wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap)
-{
-	size_t off = 0;
-	for (;;) {
-		pthread_mutex_lock(&mu);
-		uint64_t seen = wakeups;
-		pthread_mutex_unlock(&mu);
-		struct atlas_read r;
-		char buf[256];
-		atlas_session_read(s, turn, off, buf, sizeof buf, &r);
-		if (text && off + r.n < cap)
-			memcpy(text + off, buf, r.n);
-		off += r.n;
-		if (!r.more) {
-			if (text)
-				text[ATLAS_MIN(off, cap - 1)] = 0;
-			return r.error;
-		}
-		if (r.n)
-			continue;
-		pthread_mutex_lock(&mu);
-		while (wakeups == seen)
-			pthread_cond_wait(&cv, &mu);
-		pthread_mutex_unlock(&mu);
-	}
 }
 
 static void prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
@@ -123,15 +82,6 @@ static void assert_same(struct gen a, struct gen b, const char *what)
 			fail_msg("%s: token %zu differs: %d vs %d", what, i, a.ids[i], b.ids[i]);
 }
 
-static void set(struct atlas_session *s, const char *key, const char *value)
-{
-	struct atlas_params p;
-	char err[ATLAS_ERRLEN];
-	atlas_session_get_params(s, &p);
-	assert_int_equal(atlas_params_parse(&p, key, value, NULL, err, sizeof err), 0);
-	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), 0);
-}
-
 #define N_PROMPTS 4
 static const int prompt_len[N_PROMPTS] = { 37, 5, 90, 1 };
 
@@ -145,11 +95,11 @@ static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
 	for (int i = 0; i < N_PROMPTS; i++) {
 		snprintf(name, sizeof name, "b%d", i);
 		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
-		set(s[i], "mode", "raw");
-		set(s[i], "temperature", "0");
-		set(s[i], "max_tokens", mt);
+		et_set(s[i], "mode", "raw");
+		et_set(s[i], "temperature", "0");
+		et_set(s[i], "max_tokens", mt);
 		/* every turn runs max_tokens steps, whatever model is given */
-		set(s[i], "ignore_eos", "1");
+		et_set(s[i], "ignore_eos", "1");
 	}
 	for (int i = 0; i < N_PROMPTS; i++) {
 		int32_t ids[128];
@@ -158,7 +108,7 @@ static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
 							     sizeof err), 1);
 	}
 	for (int i = 0; i < N_PROMPTS; i++) {
-		assert_int_equal(wait_turn(s[i], 1, NULL, 0), 0);
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
 		out[i] = generated(s[i], 1);
 		assert_int_equal(out[i].n, max_tokens);
 		atlas_session_close(s[i]);
@@ -292,9 +242,9 @@ static void test_logits_independent_of_chunking(void **state)
 	/* The sequence's last logits decide its first generated token. */
 	struct atlas_session *s;
 	assert_int_equal(atlas_session_open(e, "x", &s, err, sizeof err), 0);
-	set(s, "max_tokens", "1");
+	et_set(s, "max_tokens", "1");
 	atlas_session_submit_tokens(s, ids, 70, err, sizeof err);
-	assert_int_equal(wait_turn(s, 1, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 0), 0);
 	struct gen g = generated(s, 1);
 	const float *last = a + (size_t)69 * (size_t)vocab;
 	int best = 0;
@@ -320,16 +270,16 @@ static void test_second_turn_continues_on_kv(void **state)
 
 	struct atlas_session *s;
 	assert_int_equal(atlas_session_open(e, "multi", &s, err, sizeof err), 0);
-	set(s, "max_tokens", "6");
+	et_set(s, "max_tokens", "6");
 	assert_int_equal(atlas_session_submit_tokens(s, p1, 40, err, sizeof err), 1);
-	assert_int_equal(wait_turn(s, 1, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 0), 0);
 	struct gen g1 = generated(s, 1);
 
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	atlas_engine_stats(e, st);
 	uint64_t before = st->step_tokens_total;
 	assert_int_equal(atlas_session_submit_tokens(s, p2, 9, err, sizeof err), 2);
-	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(s, 2, NULL, 0, 0), 0);
 	struct gen g2 = generated(s, 2);
 	atlas_engine_stats(e, st);
 	/* Only the last sampled token of turn 1, the 9 new tokens and 5 decode
@@ -347,9 +297,9 @@ static void test_second_turn_continues_on_kv(void **state)
 	n += 9;
 	struct atlas_session *f;
 	assert_int_equal(atlas_session_open(e, "fresh", &f, err, sizeof err), 0);
-	set(f, "max_tokens", "6");
+	et_set(f, "max_tokens", "6");
 	assert_int_equal(atlas_session_submit_tokens(f, all, n, err, sizeof err), 1);
-	assert_int_equal(wait_turn(f, 1, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(f, 1, NULL, 0, 0), 0);
 	assert_same(generated(f, 1), g2, "turn 2 vs one fresh prompt");
 
 	struct atlas_session_status ss;
@@ -370,24 +320,24 @@ static void test_overflow_fails_one_turn_only(void **state)
 	struct atlas_session *s, *ok;
 	assert_int_equal(atlas_session_open(e, "big", &s, err, sizeof err), 0);
 	assert_int_equal(atlas_session_open(e, "ok", &ok, err, sizeof err), 0);
-	set(ok, "max_tokens", "3");
+	et_set(ok, "max_tokens", "3");
 	int32_t *ids = calloc(600, sizeof *ids);
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 600, err, sizeof err), 1);
 	assert_int_equal(atlas_session_submit_tokens(ok, ids, 10, err, sizeof err), 1);
-	assert_int_equal(wait_turn(s, 1, NULL, 0), -EIO);
+	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 0), -EIO);
 	struct atlas_session_status st;
 	atlas_session_status(s, &st);
 	assert_string_equal(atlas_state_name(st.state), "error");
 	assert_non_null(strstr(st.last_error, "does not fit the context"));
-	assert_int_equal(wait_turn(ok, 1, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(ok, 1, NULL, 0, 0), 0);
 	/* Out-of-vocabulary ids are refused at submit. */
 	ids[0] = atlas_engine_vocab_size(e);
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 1, err, sizeof err), -EINVAL);
 	/* The failed session takes a fitting prompt afterwards. */
 	ids[0] = 1;
-	set(s, "max_tokens", "2");
+	et_set(s, "max_tokens", "2");
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 4, err, sizeof err), 2);
-	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(s, 2, NULL, 0, 0), 0);
 	free(ids);
 	atlas_session_close(s);
 	atlas_session_close(ok);
@@ -400,12 +350,12 @@ static void test_cancel_reset_and_busy(void **state)
 	char err[ATLAS_ERRLEN];
 	struct atlas_session *s;
 	assert_int_equal(atlas_session_open(e, "c", &s, err, sizeof err), 0);
-	set(s, "max_tokens", "100000");
+	et_set(s, "max_tokens", "100000");
 	int32_t ids[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), 1);
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), -EBUSY);
 	atlas_session_cancel(s);
-	assert_int_equal(wait_turn(s, 1, NULL, 0), -ECANCELED);
+	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 0), -ECANCELED);
 	struct atlas_session_status st;
 	atlas_session_status(s, &st);
 	assert_string_equal(st.finish, "cancelled");
@@ -413,10 +363,10 @@ static void test_cancel_reset_and_busy(void **state)
 	atlas_session_reset(s);
 	assert_int_equal(atlas_session_newest_turn(s), 0);
 	/* A reader of a forgotten turn ends; the next turn gets a new number. */
-	assert_int_equal(wait_turn(s, 1, NULL, 0), -ECANCELED);
-	set(s, "max_tokens", "2");
+	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 0), -ECANCELED);
+	et_set(s, "max_tokens", "2");
 	assert_int_equal(atlas_session_submit_tokens(s, ids, 8, err, sizeof err), 2);
-	assert_int_equal(wait_turn(s, 2, NULL, 0), 0);
+	assert_int_equal(et_wait_turn(s, 2, NULL, 0, 0), 0);
 	atlas_session_status(s, &st);
 	assert_int_equal(st.context_tokens, 8 + 2);
 	atlas_session_close(s);
@@ -432,16 +382,16 @@ static void test_seeded_sampling_is_reproducible(void **state)
 	int32_t ids[6] = { 3, 1, 4, 1, 5, 9 };
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(atlas_session_open(e, names[i], &s[i], err, sizeof err), 0);
-		set(s[i], "temperature", "1.5");
-		set(s[i], "top_k", "0");
-		set(s[i], "top_p", "1");
-		set(s[i], "seed", seeds[i]);
-		set(s[i], "max_tokens", "24");
+		et_set(s[i], "temperature", "1.5");
+		et_set(s[i], "top_k", "0");
+		et_set(s[i], "top_p", "1");
+		et_set(s[i], "seed", seeds[i]);
+		et_set(s[i], "max_tokens", "24");
 		atlas_session_submit_tokens(s[i], ids, 6, err, sizeof err);
 	}
 	struct gen g[3];
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(wait_turn(s[i], 1, NULL, 0), 0);
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
 		g[i] = generated(s[i], 1);
 	}
 	assert_same(g[0], g[1], "same seed");

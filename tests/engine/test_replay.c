@@ -13,7 +13,6 @@
  * Usage: test_replay MODEL_DIR   (exit 77 when the directory is missing)
  */
 #include <errno.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +26,7 @@
 
 #include "common/err.h"
 #include "engine/internal.h"
+#include "engine_testutil.h"
 
 static const char *model_dir;
 
@@ -76,44 +76,6 @@ static void record_step(void *ctx, const struct step_cmd *cmd, const struct step
 	rec->keep_all += cmd->n_out && cmd->out[0].keep && !cmd->out[0].sample;
 }
 
-/* Waiting for turns: the notify callback broadcasts. */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static uint64_t wakeups;
-
-static void on_notify(void *ctx, struct atlas_session *s)
-{
-	pthread_mutex_lock(&mu);
-	wakeups++;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
-
-/* Read a turn until it ends (or, with until > 0, until that many bytes came). */
-static int wait_turn(struct atlas_session *s, uint64_t turn, size_t until)
-{
-	size_t off = 0;
-	for (;;) {
-		pthread_mutex_lock(&mu);
-		uint64_t seen = wakeups;
-		pthread_mutex_unlock(&mu);
-		struct atlas_read r;
-		char buf[256];
-		atlas_session_read(s, turn, off, buf, sizeof buf, &r);
-		off += r.n;
-		if (!r.more)
-			return r.error;
-		if (until && off >= until)
-			return 0;
-		if (r.n)
-			continue;
-		pthread_mutex_lock(&mu);
-		while (wakeups == seen)
-			pthread_cond_wait(&cv, &mu);
-		pthread_mutex_unlock(&mu);
-	}
-}
-
 static struct atlas_config config(uint64_t kv_memory)
 {
 	struct atlas_config c;
@@ -129,15 +91,6 @@ static struct atlas_config config(uint64_t kv_memory)
 	return c;
 }
 
-static void set(struct atlas_session *s, const char *key, const char *value)
-{
-	struct atlas_params p;
-	char err[ATLAS_ERRLEN];
-	atlas_session_get_params(s, &p);
-	assert_int_equal(atlas_params_parse(&p, key, value, NULL, err, sizeof err), 0);
-	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), 0);
-}
-
 #define SESSIONS 4
 
 static void run_sessions(struct atlas_engine *e, int vocab)
@@ -148,11 +101,11 @@ static void run_sessions(struct atlas_engine *e, int vocab)
 	for (int i = 0; i < SESSIONS; i++) {
 		snprintf(name, sizeof name, "r%d", i);
 		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
-		set(s[i], "mode", "raw");
-		set(s[i], "ignore_eos", "1");
-		set(s[i], "max_tokens", i == 3 ? "150" : "20");
-		set(s[i], "temperature", i % 2 ? "0.9" : "0");
-		set(s[i], "seed", "11");
+		et_set(s[i], "mode", "raw");
+		et_set(s[i], "ignore_eos", "1");
+		et_set(s[i], "max_tokens", i == 3 ? "150" : "20");
+		et_set(s[i], "temperature", i % 2 ? "0.9" : "0");
+		et_set(s[i], "seed", "11");
 	}
 	for (int i = 0; i < SESSIONS; i++) {
 		int32_t ids[128];
@@ -165,9 +118,9 @@ static void run_sessions(struct atlas_engine *e, int vocab)
 							     sizeof err), 1);
 	}
 	/* The long turn is cancelled once it has produced some output. */
-	assert_int_equal(wait_turn(s[3], 1, 12), 0);
+	assert_int_equal(et_wait_turn(s[3], 1, NULL, 0, 12), 0);
 	atlas_session_cancel(s[3]);
-	assert_int_equal(wait_turn(s[3], 1, 0), -ECANCELED);
+	assert_int_equal(et_wait_turn(s[3], 1, NULL, 0, 0), -ECANCELED);
 	/* A tools request while the others run. */
 	int32_t probe[40];
 	for (int k = 0; k < 40; k++)
@@ -176,11 +129,11 @@ static void run_sessions(struct atlas_engine *e, int vocab)
 	assert_int_equal(atlas_engine_logits(e, probe, 40, logits, err, sizeof err), 0);
 	free(logits);
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(wait_turn(s[i], 1, 0), 0);
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
 	/* A second turn of the first session continues on its KV. */
 	int32_t more[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 	assert_int_equal(atlas_session_submit_tokens(s[0], more, 9, err, sizeof err), 2);
-	assert_int_equal(wait_turn(s[0], 2, 0), 0);
+	assert_int_equal(et_wait_turn(s[0], 2, NULL, 0, 0), 0);
 	for (int i = 0; i < SESSIONS; i++)
 		atlas_session_close(s[i]);
 }
@@ -234,7 +187,7 @@ static void test_replay_is_bitwise(void **state)
 	assert_int_equal(atlas_engine_open(&c, &e, err, sizeof err), 0);
 	rec.vocab = atlas_engine_vocab_size(e);
 	engine_on_step(e, record_step, &rec);
-	atlas_engine_set_notify(e, on_notify, NULL);
+	atlas_engine_set_notify(e, et_on_notify, NULL);
 	run_sessions(e, rec.vocab);
 	atlas_engine_stats(e, st);
 	atlas_engine_close(e);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "common/err.h"
+#include "engine_testutil.h"
 #include "engine/sched/rng.h"
 #include "engine/sched/sched.h"
 
@@ -26,18 +27,6 @@ struct fixture {
 	struct sched_req r[4];
 };
 
-static struct kt_backend *cpu(void)
-{
-	static struct kt_backend *be;
-	if (!be) {
-		struct kt_config c = { .backend = "cpu", .threads = 1, .max_tokens = 16,
-				       .max_seqs = 4, .max_context = 256, .max_heads = 4,
-				       .max_head_dim = 8 };
-		char err[ATLAS_ERRLEN];
-		assert_int_equal(kt_backend_open(&c, &be, err, sizeof err), 0);
-	}
-	return be;
-}
 
 /* A pool of `blocks` blocks (one attention layer, 8 cols: 1024 bytes each),
  * SLOTS session slots, 8 prefill rows a step, tools chunks of 4. */
@@ -48,7 +37,7 @@ static void setup(struct fixture *f, int blocks)
 					 .max_table = SLOTS * 16 };
 	char err[ATLAS_ERRLEN];
 	memset(f, 0, sizeof *f);
-	assert_int_equal(seq_pool_init(&f->pool, cpu(), &mc, BLOCK, (uint64_t)blocks * 1024, 0,
+	assert_int_equal(seq_pool_init(&f->pool, et_cpu(), &mc, BLOCK, (uint64_t)blocks * 1024, 0,
 				       err, sizeof err), 0);
 	assert_int_equal(f->pool.kv.n_blocks, blocks);
 	assert_int_equal(sched_init(&f->s, &f->pool, SLOTS, 8, 4, 16, SLOTS), 0);

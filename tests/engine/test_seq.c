@@ -16,24 +16,13 @@
 #include <cmocka.h>
 
 #include "common/err.h"
+#include "engine_testutil.h"
 #include "engine/seq/seq.h"
 
 #define BLOCK 16
 #define COLS 8          /* 2 kv heads x head_dim 4 */
 #define STATE 8         /* floats of one state slot in one linear layer */
 
-static struct kt_backend *cpu(void)
-{
-	static struct kt_backend *be;
-	if (!be) {
-		struct kt_config c = { .backend = "cpu", .threads = 1, .max_tokens = 16,
-				       .max_seqs = 4, .max_context = 256, .max_heads = 4,
-				       .max_head_dim = 8 };
-		char err[ATLAS_ERRLEN];
-		assert_int_equal(kt_backend_open(&c, &be, err, sizeof err), 0);
-	}
-	return be;
-}
 
 /* Layers 0 and 2 attention, 1 and 3 linear (with_state), or 2 attention only. */
 static struct model_config shape(bool with_state)
@@ -52,7 +41,7 @@ static void pool(struct seq_pool *p, int blocks, bool with_state, int slots)
 {
 	char err[ATLAS_ERRLEN];
 	struct model_config mc = shape(with_state);
-	assert_int_equal(seq_pool_init(p, cpu(), &mc, BLOCK, (uint64_t)blocks * 2048, slots, err,
+	assert_int_equal(seq_pool_init(p, et_cpu(), &mc, BLOCK, (uint64_t)blocks * 2048, slots, err,
 				       sizeof err), 0);
 	assert_int_equal(p->kv.bytes_per_block, 2048);
 	assert_int_equal(p->kv.n_blocks, blocks);
@@ -67,8 +56,8 @@ static void fill_block(struct seq_pool *p, int b, float v)
 		rows[i] = v + (float)i;
 	for (int l = 0; l < p->kv.n_layers; l++) {
 		size_t off = (size_t)b * BLOCK * COLS * sizeof(float);
-		assert_int_equal(kt_upload(cpu(), &p->kv.k[l], off, rows, sizeof rows), 0);
-		assert_int_equal(kt_upload(cpu(), &p->kv.v[l], off, rows, sizeof rows), 0);
+		assert_int_equal(kt_upload(et_cpu(), &p->kv.k[l], off, rows, sizeof rows), 0);
+		assert_int_equal(kt_upload(et_cpu(), &p->kv.v[l], off, rows, sizeof rows), 0);
 	}
 }
 
@@ -80,7 +69,7 @@ static void assert_block(struct seq_pool *p, int b, float v)
 		size_t off = (size_t)b * BLOCK * COLS * sizeof(float);
 		const struct kt_tensor *t[2] = { &p->kv.k[l], &p->kv.v[l] };
 		for (int i = 0; i < 2; i++) {
-			assert_int_equal(kt_download(cpu(), rows, t[i], off, sizeof rows), 0);
+			assert_int_equal(kt_download(et_cpu(), rows, t[i], off, sizeof rows), 0);
 			for (int j = 0; j < BLOCK * COLS; j++)
 				assert_true(rows[j] == v + (float)j);
 		}
@@ -93,7 +82,7 @@ static void set_state(struct seq_pool *p, int slot, float v)
 	for (int i = 0; i < STATE; i++)
 		x[i] = v * (float)(i + 1);
 	for (int l = 0; l < p->state.n_layers; l++)
-		assert_int_equal(kt_upload(cpu(), &p->state.layers[l],
+		assert_int_equal(kt_upload(et_cpu(), &p->state.layers[l],
 					   (size_t)slot * sizeof x, x, sizeof x), 0);
 }
 
@@ -101,7 +90,7 @@ static void assert_state(struct seq_pool *p, int slot, float v)
 {
 	float x[STATE];
 	for (int l = 0; l < p->state.n_layers; l++) {
-		assert_int_equal(kt_download(cpu(), x, &p->state.layers[l],
+		assert_int_equal(kt_download(et_cpu(), x, &p->state.layers[l],
 					     (size_t)slot * sizeof x, sizeof x), 0);
 		for (int i = 0; i < STATE; i++)
 			assert_true(x[i] == v * (float)(i + 1));
@@ -162,7 +151,7 @@ static void test_budget_too_small(void **state)
 	struct seq_pool p;
 	struct model_config mc = shape(false);
 	char err[ATLAS_ERRLEN] = "";
-	assert_int_equal(seq_pool_init(&p, cpu(), &mc, BLOCK, 1000, 0, err, sizeof err), -ENOMEM);
+	assert_int_equal(seq_pool_init(&p, et_cpu(), &mc, BLOCK, 1000, 0, err, sizeof err), -ENOMEM);
 	assert_non_null(strstr(err, "kv_memory"));
 }
 

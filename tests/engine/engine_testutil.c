@@ -1,0 +1,73 @@
+/* The helpers of engine_testutil.h. */
+#include "engine_testutil.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+
+/* Waiting for turns: the notify callback broadcasts a condition variable. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static uint64_t wakeups;
+
+void et_on_notify(void *ctx, struct atlas_session *s)
+{
+	pthread_mutex_lock(&mu);
+	wakeups++;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+int et_wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap, size_t until)
+{
+	size_t off = 0;
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		uint64_t seen = wakeups;
+		pthread_mutex_unlock(&mu);
+		struct atlas_read r;
+		char buf[256];
+		atlas_session_read(s, turn, off, buf, sizeof buf, &r);
+		if (text && off + r.n < cap)
+			memcpy(text + off, buf, r.n);
+		off += r.n;
+		if (!r.more || (until && off >= until)) {
+			if (text)
+				text[ATLAS_MIN(off, cap - 1)] = 0;
+			return r.more ? 0 : r.error;
+		}
+		if (r.n)
+			continue;
+		pthread_mutex_lock(&mu);
+		while (wakeups == seen)
+			pthread_cond_wait(&cv, &mu);
+		pthread_mutex_unlock(&mu);
+	}
+}
+
+void et_set(struct atlas_session *s, const char *key, const char *value)
+{
+	struct atlas_params p;
+	char err[ATLAS_ERRLEN];
+	atlas_session_get_params(s, &p);
+	assert_int_equal(atlas_params_parse(&p, key, value, NULL, err, sizeof err), 0);
+	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), 0);
+}
+
+struct kt_backend *et_cpu(void)
+{
+	static struct kt_backend *be;
+	if (!be) {
+		struct kt_config c = { .backend = "cpu", .threads = 1, .max_tokens = 16,
+				       .max_seqs = 4, .max_context = 256, .max_heads = 4,
+				       .max_head_dim = 8 };
+		char err[ATLAS_ERRLEN];
+		assert_int_equal(kt_backend_open(&c, &be, err, sizeof err), 0);
+	}
+	return be;
+}

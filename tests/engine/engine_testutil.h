@@ -1,0 +1,24 @@
+/* Helpers of the engine tests: waiting for a turn through the notify
+ * callback, a set of session settings by name, and a small cpu backend for
+ * the tests of the core's parts that need no model. */
+#ifndef ATLAS_TESTS_ENGINE_TESTUTIL_H
+#define ATLAS_TESTS_ENGINE_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "kernels/backend.h"
+
+/* The notify callback to install (atlas_engine_set_notify) before waiting. */
+void et_on_notify(void *ctx, struct atlas_session *s);
+/* Read turn `turn` until it ends, or with until > 0 until that many bytes
+ * came (then 0). Copies its text into text[cap] when text is not NULL.
+ * Returns the final atlas_read error. */
+int et_wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap, size_t until);
+/* Set one session setting from its text form; fails the test on error. */
+void et_set(struct atlas_session *s, const char *key, const char *value);
+/* A cpu backend (one thread, small limits), opened once per process. */
+struct kt_backend *et_cpu(void);
+
+#endif
