@@ -17,11 +17,20 @@
  *  - Ops return 0 or a negative errno. An op never allocates: workspaces are
  *    sized at open from `struct kt_config` limits.
  *
- * Paged KV (DESIGN §4.2): the K and V caches of one layer are tensors of
- * `n_blocks * block_size` rows and `n_kv_heads * head_dim` cols. Token t of a
- * step belongs to sequence slot `seq[t]` at position `pos[t]`; its cache row
- * is `block_tables[seq[t]][pos[t] / block_size] * block_size + pos[t] % block_size`.
- * Attention reads keys only through the block table, never by position alone.
+ * Paged KV (DESIGN §4.2): the K and V caches of one layer are views of
+ * `n_kv_heads * head_dim` cols in which block j is the `block_size` rows
+ * starting at row `j * kv_block_rows` (kt_batch; 0 means block_size: blocks
+ * back to back). A stride above block_size lets the caches of every layer
+ * share one allocation block-major, so that a block is one contiguous region
+ * that moves with one copy (engine/kv/kv.h): a layer's K (V) view then starts
+ * at that layer's K (V) rows of block 0 and runs to the end of the
+ * allocation, and K and V views may share memory as long as no block's K
+ * rows meet any block's V rows. Token t of a step belongs to sequence slot
+ * `seq[t]` at position `pos[t]`; its cache row is
+ * `block_tables[seq[t]][pos[t] / block_size] * kv_block_rows + pos[t] % block_size`.
+ * A block id is valid when its rows lie within both views (kt_kv_blocks());
+ * the ops check every block id they use against that. Attention reads keys
+ * only through the block table, never by position alone.
  */
 #ifndef ATLAS_KERNELS_BACKEND_H
 #define ATLAS_KERNELS_BACKEND_H
@@ -80,6 +89,9 @@ struct kt_segment {
 struct kt_batch {
 	int n_tokens;                  /* T: tokens in this step */
 	int block_size;                /* KV rows per block */
+	int kv_block_rows;             /* rows from a block's first cache row to the next
+					* block's, within one layer's K (or V) view: at least
+					* block_size; 0 means block_size (see the top of this file) */
 	int max_kv_len;                /* an upper bound on pos + 1 over the tokens */
 	struct kt_tensor pos;          /* [T, 1] i32: position of each token in its sequence */
 	struct kt_tensor seq;          /* [T, 1] i32: sequence slot of each token (row of block_tables) */
@@ -88,6 +100,45 @@ struct kt_batch {
 	int n_segments;
 	const struct kt_segment *segments; /* [n_segments] host memory, owned by the caller */
 };
+
+/* The stride of b's cache blocks in rows: kv_block_rows, or block_size for 0. */
+static inline int64_t kt_kv_block_rows(const struct kt_batch *b)
+{
+	return b->kv_block_rows ? b->kv_block_rows : b->block_size;
+}
+
+/* The blocks a cache view of `rows` rows holds whole at b's stride: block
+ * ids below this name rows inside the view. */
+static inline int64_t kt_kv_blocks(const struct kt_batch *b, int64_t rows)
+{
+	const int64_t stride = kt_kv_block_rows(b);
+
+	if (b->block_size <= 0 || stride < b->block_size || rows < b->block_size)
+		return 0;
+	return (rows - b->block_size) / stride + 1;
+}
+
+/* No block's rows of cache view x meet any block's rows of view y (same
+ * cols and dtype) at b's stride: the views do not overlap at all, or they
+ * interleave, y's blocks sitting in the gaps between x's. */
+static inline bool kt_kv_apart(const struct kt_batch *b, const struct kt_tensor *x,
+			       const struct kt_tensor *y)
+{
+	const char *x0 = (const char *)x->data, *y0 = (const char *)y->data;
+	const int64_t row = x->cols * (int64_t)kt_dtype_size(x->dtype);
+	const int64_t span = kt_kv_block_rows(b) * row, blk = (int64_t)b->block_size * row;
+	int64_t gap;
+
+	if (!(x0 < y0 + kt_nbytes(y) && y0 < x0 + kt_nbytes(x)))
+		return true;
+	if (blk <= 0 || span < 2 * blk)
+		return false;
+	/* Overlapping views: y's blocks start gap bytes past one of x's (mod
+	 * the stride) and must end before the next one starts. */
+	gap = (int64_t)(y0 - x0) % span;
+	gap += gap < 0 ? span : 0;
+	return gap >= blk && gap <= span - blk;
+}
 
 /* Per-row sampling request. temperature 0 means greedy (argmax, lowest id on ties). */
 struct kt_sample_row {
@@ -154,7 +205,8 @@ struct kt_ops {
 		    const struct kt_tensor *inv_freq, int n_heads, int head_dim,
 		    const struct kt_tensor *norm_w, float eps);
 	/* Write each token's k and v rows into the paged caches (see the top of this file).
-	 * kcache, vcache [n_blocks * block_size, n_kv * D]; k, v [T, n_kv * D] f32. */
+	 * kcache, vcache: views of n_kv * D cols, block j at row j * kv_block_rows;
+	 * k, v [T, n_kv * D] f32. */
 	int (*kv_store)(struct kt_backend *be, const struct kt_tensor *kcache,
 			const struct kt_tensor *vcache, const struct kt_tensor *k,
 			const struct kt_tensor *v, const struct kt_batch *b);

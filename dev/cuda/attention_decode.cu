@@ -101,6 +101,7 @@ static paged_kv kv_of(const lab &L, const step &st)
 	kv.row_len = (int64_t)st.sh.n_kv * st.sh.D;
 	kv.n_blocks = L.cache_elems / kv.row_len / BS;
 	kv.bs = BS;
+	kv.block_rows = BS;
 	return kv;
 }
 

@@ -188,6 +188,7 @@ static void launch_tc(const prompt &P, const segment &g)
 	a.kv.n_blocks = P.n_blocks;
 	a.kv.row_len = (int64_t)P.sh.n_kv * D;
 	a.kv.bs = BS;
+	a.kv.block_rows = BS;
 	a.row0 = 0;
 	a.n_rows = g.n_rows;
 	a.pos0 = g.pos0;
@@ -227,6 +228,7 @@ template <int D> static void launch_generic(const prompt &P, const segment &g, g
 	a.kv.n_blocks = P.n_blocks;
 	a.kv.row_len = (int64_t)P.sh.n_kv * D;
 	a.kv.bs = BS;
+	a.kv.block_rows = BS;
 	a.n_heads = P.sh.n_heads;
 	a.group = P.sh.n_heads / P.sh.n_kv;
 	a.D = D;

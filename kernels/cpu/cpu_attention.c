@@ -1,9 +1,10 @@
 /* Paged KV cache: kv_store writes each token's k and v rows, attention reads
  * them back, both only through the block table (DESIGN §4.2).
  *
- * Layout: kcache, vcache [n_blocks * block_size, n_kv * D] f32; position p of
- * the sequence in slot s lives in row block_tables[s][p / bs] * bs + p % bs.
- * q, out [T, n_heads * D]; head h reads kv head h / (n_heads / n_kv).
+ * Layout: kcache, vcache views of n_kv * D cols, f32, whose block j starts at
+ * row j * stride (kv_block_rows, or bs); position p of the sequence in slot
+ * s lives in row block_tables[s][p / bs] * stride + p % bs. q, out
+ * [T, n_heads * D]; head h reads kv head h / (n_heads / n_kv).
  *
  * A work item is one token and up to CPU_ATT_HEADS query heads of one GQA
  * group: each key and value row is loaded once for all of them. Two passes in
@@ -31,6 +32,7 @@ struct kv_view {
 	const int32_t *bt;        /* [n_seqs, bt_cols] */
 	int64_t bt_cols;
 	int bs;                   /* block_size */
+	int64_t stride;           /* cache rows from one block to the next */
 	int64_t row_len;          /* cache cols: n_kv * D */
 };
 
@@ -41,12 +43,13 @@ static inline const int32_t *seq_blocks(const struct kv_view *v, int64_t t)
 
 static inline int64_t cache_row(const struct kv_view *v, const int32_t *blocks, int32_t p)
 {
-	return (int64_t)blocks[p / v->bs] * v->bs + p % v->bs;
+	return (int64_t)blocks[p / v->bs] * v->stride + p % v->bs;
 }
 
 /* Check b for T tokens over caches kc and vc. With all_blocks, every block a
- * token's attention reads (0..pos/bs) must be valid; otherwise only the one
- * its own row lands in. *keys receives the sum over tokens of pos + 1. */
+ * token's attention reads (0..pos/bs) must lie within both caches; otherwise
+ * only the one its own row lands in. *keys receives the sum over tokens of
+ * pos + 1. */
 static int kv_view_init(struct kv_view *v, const struct kt_batch *b, int64_t T,
 			const struct kt_tensor *kc, const struct kt_tensor *vc, bool all_blocks,
 			int max_context, int64_t *keys)
@@ -55,8 +58,11 @@ static int kv_view_init(struct kv_view *v, const struct kt_batch *b, int64_t T,
 
 	if (!b || b->n_tokens != T || b->block_size <= 0)
 		return -EINVAL;
-	if (!cpu_valid(kc, KT_F32) || !cpu_shape(vc, KT_F32, kc->rows, kc->cols) ||
-	    kc->rows % b->block_size)
+	if (!cpu_valid(kc, KT_F32) || !cpu_valid(vc, KT_F32) || vc->cols != kc->cols)
+		return -EINVAL;
+	/* None also when the stride is below block_size: blocks would overlap. */
+	n_blocks = ATLAS_MIN(kt_kv_blocks(b, kc->rows), kt_kv_blocks(b, vc->rows));
+	if (!n_blocks)
 		return -EINVAL;
 	if (!cpu_shape(&b->pos, KT_I32, T, 1) || !cpu_shape(&b->seq, KT_I32, T, 1) ||
 	    !cpu_valid(&b->block_tables, KT_I32))
@@ -66,8 +72,8 @@ static int kv_view_init(struct kv_view *v, const struct kt_batch *b, int64_t T,
 	v->bt = b->block_tables.data;
 	v->bt_cols = b->block_tables.cols;
 	v->bs = b->block_size;
+	v->stride = kt_kv_block_rows(b);
 	v->row_len = kc->cols;
-	n_blocks = kc->rows / b->block_size;
 	n_seqs = b->block_tables.rows;
 	*keys = 0;
 	for (int64_t t = 0; t < T; t++) {
@@ -103,7 +109,7 @@ int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		return rc;
 	if (k->cols != kv.row_len || !cpu_shape(v, KT_F32, T, kv.row_len))
 		return -EINVAL;
-	if (cpu_overlap(kcache, vcache) || cpu_overlap(kcache, k) || cpu_overlap(kcache, v) ||
+	if (!kt_kv_apart(b, kcache, vcache) || cpu_overlap(kcache, k) || cpu_overlap(kcache, v) ||
 	    cpu_overlap(vcache, k) || cpu_overlap(vcache, v))
 		return -EINVAL;
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (T * kv.row_len > CPU_PAR_MIN)
@@ -186,7 +192,7 @@ CPU_CLONES static void attend(const struct att_item *a, struct cpu_scratch *s)
 	double sum[CPU_ATT_HEADS];
 
 	for (int32_t j0 = 0; j0 < n; j0 += bs) {
-		int64_t base = (int64_t)blocks[j0 / bs] * bs * ld + off;
+		int64_t base = (int64_t)blocks[j0 / bs] * kv->stride * ld + off;
 		int32_t len = n - j0 < bs ? n - j0 : bs;
 
 		for (int32_t r = 0; r < len; r += 4) {
@@ -219,7 +225,7 @@ CPU_CLONES static void attend(const struct att_item *a, struct cpu_scratch *s)
 		memset(s->acc + h * a->D, 0, (size_t)a->D * sizeof(float));
 	}
 	for (int32_t j0 = 0; j0 < n; j0 += bs) {
-		int64_t base = (int64_t)blocks[j0 / bs] * bs * ld + off;
+		int64_t base = (int64_t)blocks[j0 / bs] * kv->stride * ld + off;
 		int32_t len = n - j0 < bs ? n - j0 : bs;
 
 		for (int32_t r = 0; r < len; r += 4) {

@@ -1,10 +1,11 @@
 /* Paged KV cache: kv_store writes each token's k and v rows, attention reads
  * them back, both only through the block table (DESIGN §4.2).
  *
- * Layout: kcache, vcache [n_blocks * block_size, n_kv * D], bf16 (what the
- * backend asks the engine for) or f32; position p of the sequence in slot s
- * lives in row block_tables[s][p / bs] * bs + p % bs. q, out [T, n_heads * D]
- * f32; head h reads kv head h / (n_heads / n_kv).
+ * Layout: kcache, vcache views of n_kv * D cols, bf16 (what the backend asks
+ * the engine for) or f32, whose block j starts at row j * block_rows
+ * (kv_block_rows, or bs); position p of the sequence in slot s lives in row
+ * block_tables[s][p / bs] * block_rows + p % bs. q, out [T, n_heads * D] f32;
+ * head h reads kv head h / (n_heads / n_kv).
  *
  * kv_store: one block per token copies its k and v rows, rounding to bf16
  * (nearest even) for a bf16 cache.
@@ -72,15 +73,22 @@ __global__ void kv_store_kernel(CT *kc, CT *vc, const float *k, const float *v, 
 }
 
 /* Check b for T tokens over caches kc and vc (shapes only: the values are on
- * the device) and describe it for the kernels. */
+ * the device) and describe it for the kernels, which check each block id
+ * against the blocks both caches hold whole. */
 static int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T,
 			 const struct kt_tensor *kc, const struct kt_tensor *vc)
 {
+	int64_t k_blocks, v_blocks;
+
 	if (!b || b->n_tokens != T || b->block_size <= 0 || T > INT32_MAX)
 		return -EINVAL;
 	if (!kc || (kc->dtype != KT_F32 && kc->dtype != KT_BF16) || !cu_valid(kc, kc->dtype) ||
-	    !cu_shape(vc, kc->dtype, kc->rows, kc->cols) || kc->rows % b->block_size ||
-	    cu_overlap(kc, vc))
+	    !cu_valid(vc, kc->dtype) || vc->cols != kc->cols)
+		return -EINVAL;
+	/* None also when the stride is below block_size: blocks would overlap. */
+	k_blocks = kt_kv_blocks(b, kc->rows);
+	v_blocks = kt_kv_blocks(b, vc->rows);
+	if (!k_blocks || !v_blocks || !kt_kv_apart(b, kc, vc))
 		return -EINVAL;
 	if (!cu_shape(&b->pos, KT_I32, T, 1) || !cu_shape(&b->seq, KT_I32, T, 1) ||
 	    !cu_valid(&b->block_tables, KT_I32))
@@ -90,9 +98,10 @@ static int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T,
 	kv->bt = (const int32_t *)b->block_tables.data;
 	kv->bt_rows = b->block_tables.rows;
 	kv->bt_cols = b->block_tables.cols;
-	kv->n_blocks = kc->rows / b->block_size;
+	kv->n_blocks = k_blocks < v_blocks ? k_blocks : v_blocks;
 	kv->row_len = kc->cols;
 	kv->bs = b->block_size;
+	kv->block_rows = (int)kt_kv_block_rows(b);
 	return 0;
 }
 

@@ -42,9 +42,10 @@ struct paged_kv {
 	const int32_t *pos, *seq; /* [T] */
 	const int32_t *bt;        /* [bt_rows, bt_cols] */
 	int64_t bt_rows, bt_cols;
-	int64_t n_blocks;         /* cache rows / bs */
+	int64_t n_blocks;         /* blocks both caches hold whole (kt_kv_blocks) */
 	int64_t row_len;          /* cache cols: n_kv * D */
 	int bs;                   /* block_size */
+	int block_rows;           /* cache rows from one block to the next (kt_kv_block_rows) */
 };
 
 /* Token t's sequence blocks, or NULL when its slot or position is out of
@@ -67,7 +68,7 @@ __device__ __forceinline__ int64_t cache_row(const paged_kv &kv, const int32_t *
 
 	if (blk < 0 || blk >= kv.n_blocks)
 		return -1;
-	return (int64_t)blk * kv.bs + p % kv.bs;
+	return (int64_t)blk * kv.block_rows + p % kv.bs;
 }
 
 /* Shared-memory geometry of one K (or V) tile of ATT_TILE rows. */
@@ -272,7 +273,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 			const int32_t blk = blocks[j / kv.bs];
 
 			if (blk >= 0 && blk < kv.n_blocks) {
-				off = ((int64_t)blk * kv.bs + j % kv.bs) * kv.row_len +
+				off = ((int64_t)blk * kv.block_rows + j % kv.bs) * kv.row_len +
 				      (int64_t)kvh * D + col * 8;
 				ok = true;
 			} else {

@@ -43,7 +43,7 @@ static_assert(DEC_MAX_SPLITS <= 64, "the merge weighs 2 splits per lane");
 struct decode_args {
 	float *out;                   /* [T, n_heads * D] f32 (rows 0..rows-1 used) */
 	const float *q;               /* [T, n_heads * D] f32 */
-	const __nv_bfloat16 *kc, *vc; /* [n_blocks * bs, n_kv * D] */
+	const __nv_bfloat16 *kc, *vc; /* paged caches of n_kv * D cols (paged_kv) */
 	paged_kv kv;
 	int n_heads, group, head_chunks;
 	int max_pos;      /* largest valid position: min(max_context, max_kv_len) - 1 */

@@ -26,7 +26,7 @@
 struct prefill_args {
 	float *out;                   /* [T, n_heads * D] f32 */
 	const float *q;               /* [T, n_heads * D] f32 */
-	const __nv_bfloat16 *kc, *vc; /* [n_blocks * bs, n_kv * D] */
+	const __nv_bfloat16 *kc, *vc; /* paged caches of n_kv * D cols (paged_kv) */
 	const int32_t *blocks;        /* the segment's row of the block table */
 	paged_kv kv;                  /* geometry (pos and seq unused) */
 	int row0, n_rows, pos0;       /* rows [row0, row0 + n_rows) are positions pos0.. */
