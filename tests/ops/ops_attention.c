@@ -19,11 +19,20 @@
  *    f32, online softmax) max_abs 2e-5, NMSE 1e-10.
  *  - Where the backend promises it (op_attention_invariant), each token
  *    attended alone gives the bits it got in the whole step (DESIGN §4.1).
+ *  - Block-major caches (several layers interleaved in one allocation,
+ *    kv_block_rows above block_size): kv_store leaves every row of the other
+ *    layers poisoned and puts K and V only in its layer's rows, and
+ *    attention gives the bits that the same world in caches of their own
+ *    gives on the same backend: the layout changes where rows are read,
+ *    never the kernel or the order of the arithmetic (the views keep the
+ *    alignment the kernels choose by).
  *
  * Shapes: MHA, GQA (groups 2 to 32), MQA; head_dim 34, 36, 64, 72, 80, 96,
  * 128, 256; block sizes 1, 5, 7, 8, 16, 32, 64; sequences at position 0,
  * on and across block boundaries, to 3001 positions, decode rows whose
- * lengths meet the decode kernel's split boundaries, a slot left unused.
+ * lengths meet the decode kernel's split boundaries, a slot left unused;
+ * block-major caches of a middle layer and of the last one (whose V view
+ * ends with the allocation), for decode, prefill and mixed steps.
  */
 #include <math.h>
 #include <string.h>
@@ -40,10 +49,11 @@ struct att_params {
 
 struct att_out {
 	int rc_store, rc_att;
-	float *kc_hist, *vc_hist, *kc, *vc;
+	float *hist, *caches; /* paged_snapshot after the history and after the step */
 	int n_buckets, bucket[MAX_BUCKETS];
 	float *out[MAX_BUCKETS], *in_place[MAX_BUCKETS];
 	float *alone; /* the step's rows attended one at a time; NULL if not promised */
+	float *flat;  /* block-major worlds: out[0] from caches of their own; else NULL */
 };
 
 static void *att_build(struct op_run *r, const void *params, const struct op_backend *target)
@@ -91,6 +101,30 @@ static float *attend_alone(struct op_run *r, const struct op_backend *b,
 	return alone;
 }
 
+/* The world in caches of their own (kv_block_rows 0): the step's attention
+ * at max_kv_len L, for a block-major world to compare with. */
+static float *attend_flat(struct op_run *r, const struct op_backend *b,
+			  const struct paged_world *w, int L, int *rc_store, int *rc_att)
+{
+	struct paged_params fp = *w->p;
+	struct paged_world fw = *w;
+	struct paged_dev d;
+	struct kt_tensor q, out;
+	struct kt_batch batch;
+	int rc;
+
+	fp.layers = fp.layer = 0;
+	fw.p = &fp;
+	d = paged_setup(r, b, &fw);
+	q = op_tensor(r, b, KT_F32, fw.step.T, fw.QC, fw.q);
+	out = op_tensor(r, b, KT_F32, fw.step.T, fw.QC, NULL);
+	rc = paged_store_all(r, b, &fw, &d);
+	*rc_store = *rc_store ? *rc_store : rc;
+	batch = paged_batch(r, b, &fw, &d, &fw.step, L);
+	attend(b, &fw, &d, &batch, &out, &q, rc_att);
+	return op_get(r, b, &out);
+}
+
 static void *att_run(struct op_run *r, const void *params, const void *input,
 		     const struct op_backend *b)
 {
@@ -104,11 +138,9 @@ static void *att_run(struct op_run *r, const void *params, const void *input,
 
 	for (int c = 0; c < w->n_hist && !o->rc_store; c++)
 		o->rc_store = paged_store(r, b, w, &d, &w->hist[c]);
-	o->kc_hist = op_get(r, b, &d.kc);
-	o->vc_hist = op_get(r, b, &d.vc);
+	o->hist = paged_snapshot(r, b, w, &d);
 	o->rc_store = o->rc_store ? o->rc_store : paged_store(r, b, w, &d, &w->step);
-	o->kc = op_get(r, b, &d.kc);
-	o->vc = op_get(r, b, &d.vc);
+	o->caches = paged_snapshot(r, b, w, &d);
 	o->bucket[o->n_buckets++] = L;
 	if (p->buckets) {
 		o->bucket[o->n_buckets++] = L + 300;
@@ -128,6 +160,8 @@ static void *att_run(struct op_run *r, const void *params, const void *input,
 		batch = paged_batch(r, b, w, &d, &w->step, L);
 		o->alone = attend_alone(r, b, w, &d, &batch, &q, &o->rc_att);
 	}
+	if (p->w.layers)
+		o->flat = attend_flat(r, b, w, L, &o->rc_store, &o->rc_att);
 	return o;
 }
 
@@ -142,8 +176,8 @@ static void att_check(struct op_run *r, const void *params, const void *input, c
 
 	op_check_rc(r, g->rc_store, 0, "kv_store runs");
 	op_check_rc(r, g->rc_att, 0, "attention runs");
-	paged_check_caches(r, w, g->kc_hist, g->vc_hist, false, "after the history");
-	paged_check_caches(r, w, g->kc, g->vc, true, "after the step");
+	paged_check_caches(r, w, g->hist, false, "after the history");
+	paged_check_caches(r, w, g->caches, true, "after the step");
 	if (!c) {
 		ref = op_doubles(r, n);
 		mag = op_doubles(r, n);
@@ -170,6 +204,10 @@ static void att_check(struct op_run *r, const void *params, const void *input, c
 	}
 	if (g->alone)
 		op_check_bits(r, g->alone, g->out[0], n, "each token alone as in the step");
+	if (g->flat)
+		op_check_bits(r, g->out[0], g->flat, n,
+			      "block-major caches (layer %d of %d) as caches of their own",
+			      p->w.layer, p->w.layers);
 }
 
 static const struct op_family attention = { att_build, att_run, att_check, false };
@@ -187,6 +225,13 @@ static const struct op_family attention = { att_build, att_run, att_check, false
 		.w = { .n_heads = heads, .n_kv = kv_heads, .D = d, .bs = block, .kv = kv_dtype, \
 		       .shape = shape_kind, .qmag = 2.0f, .kmag = 1.0f, seq_list }, \
 		.tol = 1e-5, .buckets = true } }
+/* STEP over block-major caches: layer l of n layers in one allocation. */
+#define LAYERED(name, heads, kv_heads, d, block, kv_dtype, shape_kind, n, l, seq_list) \
+	{ name, "attention", &attention, &(const struct att_params){ \
+		.w = { .n_heads = heads, .n_kv = kv_heads, .D = d, .bs = block, .kv = kv_dtype, \
+		       .shape = shape_kind, .qmag = 2.0f, .kmag = 1.0f, .layers = n, .layer = l, \
+		       seq_list }, \
+		.tol = 1e-5, .buckets = true } }
 
 /* Eight slots: decode rows over several blocks, at position 0, over several
  * splits and ending on a split boundary (2048); prompt chunks after history,
@@ -196,6 +241,8 @@ static const struct op_family attention = { att_build, att_run, att_check, false
 /* Decode rows only, lengths around block and split boundaries. */
 #define DECODE SEQS({ 3000, 1 }, { 0, 1 }, { 17, 1 }, { 255, 1 }, { 256, 1 }, { 1023, 1 }, \
 		    { 64, 1 }, { 4, 1 })
+/* Prompt chunks only: from position 0, after history, across many blocks. */
+#define PREFILL SEQS({ 0, 40 }, { 16, 70 }, { 300, 33 }, { 5, 2 })
 
 static const struct op_case cases[] = {
 	SCENARIO("attention MHA 4/4 D=64 bs=16", 4, 4, 64, 16, 1.0f, 1e-5,
@@ -238,6 +285,26 @@ static const struct op_case cases[] = {
 	     MIXED),
 	STEP("attention GQA 8/2 D=128 bs=16 mixed, no step shape", 8, 2, 128, 16, KV_NATIVE,
 	     SHAPE_PLAIN, MIXED),
+	LAYERED("attention GQA 8/2 D=128 bs=16 mixed, block-major layer 1 of 3", 8, 2, 128, 16,
+		KV_NATIVE, SHAPE_STEP, 3, 1, MIXED),
+	LAYERED("attention GQA 8/4 D=64 bs=16 mixed, block-major last layer of 2", 8, 4, 64, 16,
+		KV_NATIVE, SHAPE_STEP, 2, 1, MIXED),
+	LAYERED("attention MHA 4/4 D=64 bs=16 decode only, block-major layer 1 of 4", 4, 4, 64,
+		16, KV_NATIVE, SHAPE_STEP, 4, 1, DECODE),
+	LAYERED("attention GQA 32/8 D=128 bs=16 decode only, block-major last layer of 3", 32, 8,
+		128, 16, KV_NATIVE, SHAPE_STEP, 3, 2, DECODE),
+	LAYERED("attention GQA 16/2 D=64 bs=32 prefill, block-major layer 1 of 2", 16, 2, 64, 32,
+		KV_NATIVE, SHAPE_STEP, 2, 1, PREFILL),
+	LAYERED("attention MHA 4/4 D=128 bs=8 prefill, block-major last layer of 3", 4, 4, 128, 8,
+		KV_NATIVE, SHAPE_STEP, 3, 2, PREFILL),
+	LAYERED("attention GQA 8/2 D=128 bs=16 mixed, f32 cache, block-major layer 1 of 3", 8, 2,
+		128, 16, KV_F32, SHAPE_STEP, 3, 1, MIXED),
+	LAYERED("attention MHA 3/3 D=80 bs=7 mixed, f32 cache, block-major last layer of 2", 3, 3,
+		80, 7, KV_F32, SHAPE_STEP, 2, 1, MIXED),
+	LAYERED("attention GQA 6/3 D=72 bs=5 mixed, block-major layer 0 of 2", 6, 3, 72, 5,
+		KV_NATIVE, SHAPE_STEP, 2, 0, MIXED),
+	LAYERED("attention GQA 8/2 D=128 bs=16 mixed, no step shape, block-major layer 1 of 3",
+		8, 2, 128, 16, KV_NATIVE, SHAPE_PLAIN, 3, 1, MIXED),
 };
 
 OP_LIST(ops_attention, cases);

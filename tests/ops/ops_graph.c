@@ -9,7 +9,8 @@
  *    reference (cpu) or the cpu (other backends, NMSE 1e-8 on bf16-exact x).
  * The decode case records kv_store and attention of four decode rows at a
  * max_kv_len bucket above their lengths, then replays them as the rows move
- * on one position each round.
+ * on one position each round, over caches of their own or block-major ones
+ * (the engine's pool: the stride is part of what a graph records).
  *
  * Graph keys are per case (a hash of its name), so no case replays another's.
  */
@@ -251,11 +252,14 @@ static const struct op_family graph = { graph_build, graph_run, graph_check, fal
 
 #define MATMUL(name, t) { name, "graph", &graph, \
 	&(const struct graph_params){ .kind = GRAPH_MATMUL, .T = t } }
-#define DECODE(name, heads, kv_heads, d, kv_dtype) { name, "graph", &graph, \
+#define DECODE_LAYER(name, heads, kv_heads, d, kv_dtype, n, l) { name, "graph", &graph, \
 	&(const struct graph_params){ .kind = GRAPH_DECODE, .w = { \
 		.n_heads = heads, .n_kv = kv_heads, .D = d, .bs = 16, .kv = kv_dtype, \
 		.qmag = 2.0f, .kmag = 1.0f, .n_seqs = 4, \
-		.seqs = { { 100, ROUNDS }, { 0, ROUNDS }, { 300, ROUNDS }, { 17, ROUNDS } } } } }
+		.seqs = { { 100, ROUNDS }, { 0, ROUNDS }, { 300, ROUNDS }, { 17, ROUNDS } }, \
+		.layers = n, .layer = l } } }
+#define DECODE(name, heads, kv_heads, d, kv_dtype) \
+	DECODE_LAYER(name, heads, kv_heads, d, kv_dtype, 0, 0)
 
 static const struct op_case cases[] = {
 	MATMUL("graph: matmul T=3 (GEMV), 3 rounds", 3),
@@ -264,6 +268,10 @@ static const struct op_case cases[] = {
 	DECODE("graph: kv_store + attention, 4 decode rows, 8/4 D=64", 8, 4, 64, KV_NATIVE),
 	DECODE("graph: kv_store + attention, 4 decode rows, 6/3 D=80", 6, 3, 80, KV_NATIVE),
 	DECODE("graph: kv_store + attention, 4 decode rows, D=128 f32 cache", 8, 2, 128, KV_F32),
+	DECODE_LAYER("graph: kv_store + attention, 4 decode rows, 8/2 D=128, block-major layer 1 "
+		     "of 3", 8, 2, 128, KV_NATIVE, 3, 1),
+	DECODE_LAYER("graph: kv_store + attention, 4 decode rows, 6/3 D=80, block-major last "
+		     "layer of 2", 6, 3, 80, KV_NATIVE, 2, 1),
 };
 
 OP_LIST(ops_graph, cases);

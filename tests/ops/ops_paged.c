@@ -158,16 +158,63 @@ void paged_build(struct op_run *r, struct paged_world *w, const struct paged_par
 	w->scale = 1.0f / sqrtf((float)p->D);
 }
 
+/* Rows of one block of the block-major allocation. */
+static int block_rows(const struct paged_params *p)
+{
+	return p->layers * 2 * p->bs;
+}
+
 struct paged_dev paged_setup(struct op_run *r, const struct op_backend *b,
 			     const struct paged_world *w)
 {
-	struct paged_dev d = { .kv = paged_kv_dtype(w->p, b) };
-	int64_t rows = (int64_t)w->n_blocks * w->p->bs;
+	const struct paged_params *p = w->p;
+	struct paged_dev d = { .kv = paged_kv_dtype(p, b) };
 
-	d.kc = op_tensor(r, b, d.kv, rows, w->C, NULL);
-	d.vc = op_tensor(r, b, d.kv, rows, w->C, NULL);
+	if (p->layers) {
+		const int64_t rows = (int64_t)w->n_blocks * block_rows(p);
+		const int64_t k0 = (int64_t)p->layer * 2 * p->bs, v0 = k0 + p->bs;
+
+		d.block_rows = block_rows(p);
+		d.all = op_tensor(r, b, d.kv, rows, w->C, NULL);
+		d.kc = kt_rows(d.all, k0, rows - k0);
+		d.vc = kt_rows(d.all, v0, rows - v0);
+	} else {
+		d.kc = op_tensor(r, b, d.kv, (int64_t)w->n_blocks * p->bs, w->C, NULL);
+		d.vc = op_tensor(r, b, d.kv, (int64_t)w->n_blocks * p->bs, w->C, NULL);
+	}
 	d.table = op_tensor_raw(r, b, KT_I32, w->n_slots, w->bt_cols, w->table);
 	return d;
+}
+
+size_t paged_snapshot_rows(const struct paged_world *w)
+{
+	const struct paged_params *p = w->p;
+
+	return (size_t)w->n_blocks * (size_t)(p->layers ? block_rows(p) : 2 * p->bs);
+}
+
+size_t paged_snapshot_row(const struct paged_world *w, bool is_v, int32_t block, int off)
+{
+	const struct paged_params *p = w->p;
+
+	if (p->layers)
+		return (size_t)block * (size_t)block_rows(p) +
+		       (size_t)(p->layer * 2 + is_v) * (size_t)p->bs + (size_t)off;
+	return (is_v ? (size_t)w->n_blocks * p->bs : 0) + (size_t)block * p->bs + (size_t)off;
+}
+
+float *paged_snapshot(struct op_run *r, const struct op_backend *b, const struct paged_world *w,
+		      const struct paged_dev *d)
+{
+	const size_t half = (size_t)w->n_blocks * w->p->bs * w->C;
+	float *all;
+
+	if (w->p->layers)
+		return op_get(r, b, &d->all);
+	all = op_floats(r, 2 * half);
+	memcpy(all, op_get(r, b, &d->kc), half * sizeof(float));
+	memcpy(all + half, op_get(r, b, &d->vc), half * sizeof(float));
+	return all;
 }
 
 int paged_max_len(const struct paged_tokens *tok)
@@ -184,7 +231,8 @@ struct kt_batch paged_batch(struct op_run *r, const struct op_backend *b,
 			    const struct paged_tokens *tok, int max_kv_len)
 {
 	return (struct kt_batch){
-		.n_tokens = tok->T, .block_size = w->p->bs, .max_kv_len = max_kv_len,
+		.n_tokens = tok->T, .block_size = w->p->bs, .kv_block_rows = d->block_rows,
+		.max_kv_len = max_kv_len,
 		.pos = op_tensor_raw(r, b, KT_I32, tok->T, 1, tok->pos),
 		.seq = op_tensor_raw(r, b, KT_I32, tok->T, 1, tok->slot),
 		.block_tables = d->table, .n_single = tok->n_single,
@@ -231,11 +279,11 @@ int paged_store_all(struct op_run *r, const struct op_backend *b, const struct p
 	return rc ? rc : paged_store(r, b, w, d, &w->step);
 }
 
-void paged_check_caches(struct op_run *r, const struct paged_world *w, const float *kc,
-			const float *vc, bool upto_step, const char *when)
+void paged_check_caches(struct op_run *r, const struct paged_world *w, const float *snap,
+			bool upto_step, const char *when)
 {
 	const struct paged_params *p = w->p;
-	size_t rows = (size_t)w->n_blocks * p->bs, row = (size_t)w->C * sizeof(float);
+	size_t rows = paged_snapshot_rows(w), row = (size_t)w->C * sizeof(float);
 	size_t wrong = 0, written = 0;
 	char *hit = op_alloc(r, rows);
 
@@ -244,16 +292,17 @@ void paged_check_caches(struct op_run *r, const struct paged_world *w, const flo
 
 		for (int q = 0; q < upto; q++) {
 			int32_t block = w->table[w->slot[s] * w->bt_cols + q / p->bs];
-			size_t at = (size_t)block * p->bs + (size_t)(q % p->bs);
+			size_t at_k = paged_snapshot_row(w, false, block, q % p->bs);
+			size_t at_v = paged_snapshot_row(w, true, block, q % p->bs);
 
-			wrong += memcmp(kc + at * w->C, w->k_f32[s] + (size_t)q * w->C, row) != 0;
-			wrong += memcmp(vc + at * w->C, w->v_f32[s] + (size_t)q * w->C, row) != 0;
-			hit[at] = 1;
+			wrong += memcmp(snap + at_k * w->C, w->k_f32[s] + (size_t)q * w->C, row) != 0;
+			wrong += memcmp(snap + at_v * w->C, w->v_f32[s] + (size_t)q * w->C, row) != 0;
+			hit[at_k] = hit[at_v] = 1;
 		}
 	}
 	for (size_t i = 0; i < rows; i++)
 		for (int c = 0; !hit[i] && c < w->C; c++)
-			written += !isnan(kc[i * w->C + c]) || !isnan(vc[i * w->C + c]);
+			written += !isnan(snap[i * w->C + c]);
 	op_check(r, !wrong, "%s: every stored k and v row where the table puts it (%zu are not)",
 		 when, wrong);
 	op_check(r, !written, "%s: every other cache row still poison (%zu values are not)", when,

@@ -11,6 +11,15 @@
  * its generic path) or, as the engine gives them, decode rows (step 1)
  * first and then one segment per prompt chunk (step > 1).
  *
+ * Cache layout: K and V tensors of their own, blocks back to back
+ * (kv_block_rows 0), or, as the engine's pool lays them out (engine/kv/kv.h),
+ * layer `layer` of `layers` whose caches share one allocation block-major:
+ * block j is rows [j * S, (j + 1) * S), S = layers * 2 * bs, holding layer
+ * 0's K rows, layer 0's V rows, layer 1's K rows, ...; the world's K and V
+ * caches are views from its layer's rows of block 0 to the end (the last
+ * layer's V view ends exactly with the last block), kv_block_rows S. Every
+ * other layer's rows stay poisoned: the checks read the whole allocation.
+ *
  * Cache dtype: KV_NATIVE is what the backend asks for (info.kv_dtype: cpu
  * f32, cuda bf16), KV_F32 is f32 everywhere. When the backend under test
  * keeps a bf16 cache, q, k and v are given to an f32-cache backend already
@@ -38,6 +47,7 @@ struct paged_params {
 	enum paged_kv kv;
 	enum paged_shape shape;
 	float qmag, kmag; /* magnitudes of q and k (v: 1): large q·k makes a peaky softmax */
+	int layers, layer; /* layers > 0: block-major caches of layer `layer` (see the top) */
 };
 
 /* Tokens of one kv_store or attention call. */
@@ -67,14 +77,16 @@ struct paged_world {
 /* One world on one backend. */
 struct paged_dev {
 	enum kt_dtype kv;
+	int block_rows;         /* the batches' kv_block_rows: 0 for caches of their own */
 	struct kt_tensor kc, vc, table;
+	struct kt_tensor all;   /* block-major: the allocation kc and vc are views of */
 };
 
 void paged_build(struct op_run *r, struct paged_world *w, const struct paged_params *p,
 		 const struct op_backend *target);
 /* The cache dtype of the world on b. */
 enum kt_dtype paged_kv_dtype(const struct paged_params *p, const struct op_backend *b);
-/* Poisoned caches and the block table on b. */
+/* Poisoned caches (laid out as w's params say) and the block table on b. */
 struct paged_dev paged_setup(struct op_run *r, const struct op_backend *b,
 			     const struct paged_world *w);
 /* The batch of tok on b (pos and seq uploaded; max_kv_len as given). */
@@ -93,11 +105,19 @@ int paged_store_all(struct op_run *r, const struct op_backend *b, const struct p
 		    const struct paged_dev *d);
 /* The step's largest pos + 1. */
 int paged_max_len(const struct paged_tokens *tok);
-/* Check downloaded caches: positions [0, hist) (upto_step false) or
- * [0, hist + step) of every sequence hold k_f32 / v_f32 bitwise where the
- * table puts them; every other row is still poison. */
-void paged_check_caches(struct op_run *r, const struct paged_world *w, const float *kc,
-			const float *vc, bool upto_step, const char *when);
+/* Every cache row of the world on b, downloaded as f32: K rows then V rows
+ * for caches of their own, the whole allocation for block-major ones;
+ * paged_snapshot_rows() of them. */
+float *paged_snapshot(struct op_run *r, const struct op_backend *b, const struct paged_world *w,
+		      const struct paged_dev *d);
+size_t paged_snapshot_rows(const struct paged_world *w);
+/* The snapshot row of row `off` of block `block`'s K (is_v false) or V rows. */
+size_t paged_snapshot_row(const struct paged_world *w, bool is_v, int32_t block, int off);
+/* Check a snapshot: positions [0, hist) (upto_step false) or [0, hist + step)
+ * of every sequence hold k_f32 / v_f32 bitwise where the table puts them;
+ * every other row (other blocks, other layers) is still poison. */
+void paged_check_caches(struct op_run *r, const struct paged_world *w, const float *snap,
+			bool upto_step, const char *when);
 /* Naive attention of the step in double over the logical arrays: ref and
  * mag (Σ softmax · |v|, the error scale) [step.T, QC]. */
 void paged_reference(struct op_run *r, const struct paged_world *w, double *ref, double *mag);
