@@ -42,18 +42,20 @@ int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_k
 	/* One more block than the budget holds: the pad block, which padding
 	 * rows of graphed steps write to and which no sequence ever gets. */
 	p->pad_block = p->n_blocks;
-	int64_t rows = ((int64_t)p->n_blocks + 1) * block_size;
+	p->block_rows = n_layers * 2 * block_size;
+	int64_t rows = ((int64_t)p->n_blocks + 1) * p->block_rows;
+	int rc = kt_alloc(be, dt, rows, p->row_cols, &p->blocks);
+	if (rc) {
+		kv_pool_free(p);
+		return atlas_errf(err, errlen, rc,
+				  "kv: cannot allocate %d blocks (%llu bytes) on the %s backend",
+				  (int)n, (unsigned long long)(n * p->bytes_per_block),
+				  be->info.backend);
+	}
 	for (int l = 0; l < n_layers; l++) {
-		int rc = kt_alloc(be, dt, rows, p->row_cols, &p->k[l]);
-		if (rc == 0)
-			rc = kt_alloc(be, dt, rows, p->row_cols, &p->v[l]);
-		if (rc) {
-			kv_pool_free(p);
-			return atlas_errf(err, errlen, rc,
-					  "kv: cannot allocate %d blocks (%llu bytes) on the %s backend",
-					  (int)n, (unsigned long long)(n * p->bytes_per_block),
-					  be->info.backend);
-		}
+		int64_t k0 = (int64_t)l * 2 * block_size, v0 = k0 + block_size;
+		p->k[l] = kt_rows(p->blocks, k0, rows - k0);
+		p->v[l] = kt_rows(p->blocks, v0, rows - v0);
 	}
 	/* Low block ids on top of the stack: a fresh pool hands out 0, 1, 2, ... */
 	for (int i = 0; i < p->n_blocks; i++)
@@ -64,13 +66,8 @@ int kv_pool_init(struct kv_pool *p, struct kt_backend *be, int n_layers, int n_k
 
 void kv_pool_free(struct kv_pool *p)
 {
-	if (p->k || p->v)
-		for (int l = 0; l < p->n_layers; l++) {
-			if (p->k && p->k[l].data)
-				kt_free(p->be, &p->k[l]);
-			if (p->v && p->v[l].data)
-				kt_free(p->be, &p->v[l]);
-		}
+	if (p->blocks.data)
+		kt_free(p->be, &p->blocks);
 	free(p->k);
 	free(p->v);
 	free(p->refs);
@@ -100,17 +97,7 @@ void kv_block_unref(struct kv_pool *p, int block)
 
 int kv_block_copy(struct kv_pool *p, int dst, int src)
 {
-	for (int l = 0; l < p->n_layers; l++) {
-		const struct kt_tensor *layer[2] = { &p->k[l], &p->v[l] };
-		for (int i = 0; i < 2; i++) {
-			const struct kt_tensor d = kt_rows(*layer[i], (int64_t)dst * p->block_size,
-							   p->block_size);
-			const struct kt_tensor s = kt_rows(*layer[i], (int64_t)src * p->block_size,
-							   p->block_size);
-			int rc = kt_copy(p->be, &d, &s);
-			if (rc)
-				return rc;
-		}
-	}
-	return 0;
+	const struct kt_tensor d = kt_rows(p->blocks, (int64_t)dst * p->block_rows, p->block_rows);
+	const struct kt_tensor s = kt_rows(p->blocks, (int64_t)src * p->block_rows, p->block_rows);
+	return kt_copy(p->be, &d, &s);
 }

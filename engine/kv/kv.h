@@ -1,11 +1,16 @@
 /* The paged KV block pool: the device memory of every attention layer's K
  * and V, cut into fixed-size blocks, and a refcounting block allocator.
  *
- * The pool owns, per attention layer, one K and one V tensor in backend
- * memory of (n_blocks + 1) * block_size rows; block b holds rows
- * [b * block_size, (b + 1) * block_size) of every layer. The extra block at
- * the end (pad_block) is never handed out: padding rows of graphed steps
- * write there. Which sequence owns which block, and in what order, is the
+ * The pool owns one tensor in backend memory, block-major: block b is the
+ * block_rows = n_layers * 2 * block_size rows from row b * block_rows and
+ * holds, in order, layer 0's K rows, layer 0's V rows, layer 1's K rows, and
+ * so on, block_size rows each. A block is thus one contiguous region, so that
+ * copying or moving it (a fork's copy, the swap tier) is one copy, not
+ * 2 * n_layers strided ones. k[l] and v[l] are the views the kernels address:
+ * from layer l's K (V) rows of block 0 to the end of the allocation, with
+ * blocks block_rows apart (kt_batch.kv_block_rows). The extra block at the
+ * end (pad_block) is never handed out: padding rows of graphed steps write
+ * there. Which sequence owns which block, and in what order, is the
  * sequence state's business (engine/seq/); this layer counts references.
  *
  * A block lives in one tier. Only the device tier exists today; the swap
@@ -37,7 +42,9 @@ struct kv_pool {
 	int row_cols;               /* n_kv_heads * head_dim */
 	int n_blocks;               /* device blocks handed to sequences */
 	int pad_block;              /* n_blocks: one more block, the target of padding rows */
-	struct kt_tensor *k, *v;    /* [n_layers], each [(n_blocks + 1) * block_size, row_cols]; owned */
+	struct kt_tensor blocks;    /* [(n_blocks + 1) * block_rows, row_cols]: every block; owned */
+	struct kt_tensor *k, *v;    /* [n_layers] views into blocks (see the top); the arrays owned */
+	int block_rows;             /* rows of one block: n_layers * 2 * block_size */
 	uint16_t *refs;             /* [n_blocks]: sequences holding each block, 0 = free */
 	int32_t *free_ids;          /* [n_blocks]: stack of free block indices */
 	int n_free;
@@ -60,8 +67,8 @@ int kv_block_alloc(struct kv_pool *p);
 void kv_block_ref(struct kv_pool *p, int block);
 /* Drop a reference; the last one frees the block. */
 void kv_block_unref(struct kv_pool *p, int block);
-/* Copy block src's rows of every layer over block dst (on the device,
- * ordered with the backend's other ops). */
+/* Copy block src over block dst, every layer's K and V in one copy (on the
+ * device, ordered with the backend's other ops). */
 int kv_block_copy(struct kv_pool *p, int dst, int src);
 
 #endif

@@ -283,6 +283,7 @@ static int forward(struct exec *x, const struct step_cmd *c)
 		.s = { .kcache = x->pool.kv.k, .vcache = x->pool.kv.v,
 		       .batch = { .block_size = x->geo.block_size, .block_tables = x->d_tables } },
 	};
+	f.s.batch.kv_block_rows = x->pool.kv.block_rows;
 	lay_out(x, c, &f.s.batch, &max_kv);
 	bool graph = x->graphs && f.s.batch.n_single == n_rows && n_out == n_rows;
 	for (int i = 0; graph && i < n_out; i++)

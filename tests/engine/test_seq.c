@@ -45,35 +45,37 @@ static void pool(struct seq_pool *p, int blocks, bool with_state, int slots)
 				       sizeof err), 0);
 	assert_int_equal(p->kv.bytes_per_block, 2048);
 	assert_int_equal(p->kv.n_blocks, blocks);
+	assert_int_equal(p->kv.block_rows, 2 * 2 * BLOCK);
 	assert_int_equal(p->state.n_slots, with_state ? slots : 0);
 }
 
-/* Write v into every K/V row of block b, layer 0 and 1. */
+/* Through the views the kernels address (layer l's K or V rows of block b
+ * at row b * block_rows of k[l] or v[l]), write v + e into element e of
+ * block b as the layout orders it: layer 0 K, layer 0 V, layer 1 K, ... */
 static void fill_block(struct seq_pool *p, int b, float v)
 {
 	float rows[BLOCK * COLS];
-	for (int i = 0; i < BLOCK * COLS; i++)
-		rows[i] = v + (float)i;
+	size_t off = (size_t)b * (size_t)p->kv.block_rows * COLS * sizeof(float);
 	for (int l = 0; l < p->kv.n_layers; l++) {
-		size_t off = (size_t)b * BLOCK * COLS * sizeof(float);
-		assert_int_equal(kt_upload(et_cpu(), &p->kv.k[l], off, rows, sizeof rows), 0);
-		assert_int_equal(kt_upload(et_cpu(), &p->kv.v[l], off, rows, sizeof rows), 0);
+		const struct kt_tensor *t[2] = { &p->kv.k[l], &p->kv.v[l] };
+		for (int i = 0; i < 2; i++) {
+			for (int j = 0; j < BLOCK * COLS; j++)
+				rows[j] = v + (float)((2 * l + i) * BLOCK * COLS + j);
+			assert_int_equal(kt_upload(et_cpu(), t[i], off, rows, sizeof rows), 0);
+		}
 	}
 }
 
-/* Block b holds what fill_block(b, v) wrote, in every layer. */
+/* Block b holds what fill_block(b, v) wrote, as one contiguous region of
+ * the pool's allocation. */
 static void assert_block(struct seq_pool *p, int b, float v)
 {
-	float rows[BLOCK * COLS];
-	for (int l = 0; l < p->kv.n_layers; l++) {
-		size_t off = (size_t)b * BLOCK * COLS * sizeof(float);
-		const struct kt_tensor *t[2] = { &p->kv.k[l], &p->kv.v[l] };
-		for (int i = 0; i < 2; i++) {
-			assert_int_equal(kt_download(et_cpu(), rows, t[i], off, sizeof rows), 0);
-			for (int j = 0; j < BLOCK * COLS; j++)
-				assert_true(rows[j] == v + (float)j);
-		}
-	}
+	float rows[2 * 2 * BLOCK * COLS];
+	size_t bytes = (size_t)p->kv.block_rows * COLS * sizeof(float);
+	assert_true(bytes == sizeof rows);
+	assert_int_equal(kt_download(et_cpu(), rows, &p->kv.blocks, (size_t)b * bytes, bytes), 0);
+	for (size_t e = 0; e < sizeof rows / sizeof *rows; e++)
+		assert_true(rows[e] == v + (float)e);
 }
 
 static void set_state(struct seq_pool *p, int slot, float v)

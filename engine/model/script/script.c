@@ -165,6 +165,7 @@ static int read_context(struct model *m, const struct model_step *s, int slot, i
 	const struct kt_batch *b = &s->batch;
 	const struct kt_tensor *k = &s->kcache[0];
 	const int bs = b->block_size, n_blocks = (n + bs - 1) / bs;
+	const int64_t stride = kt_kv_block_rows(b);
 	const size_t row = (size_t)k->cols * kt_dtype_size(k->dtype);
 
 	if (n > sm->max_context || n_blocks > b->block_tables.cols || slot < 0 ||
@@ -175,10 +176,10 @@ static int read_context(struct model *m, const struct model_step *s, int slot, i
 			(size_t)n_blocks * sizeof *sm->blocks));
 	for (int i = 0; i < n_blocks; i++) {
 		int rows = ATLAS_MIN(bs, n - i * bs);
-		if (sm->blocks[i] < 0 || ((int64_t)sm->blocks[i] + 1) * bs > k->rows)
+		if (sm->blocks[i] < 0 || sm->blocks[i] * stride + bs > k->rows)
 			return -EINVAL;
 		TRY(kt_download(m->be, sm->kv + (size_t)i * (size_t)bs * row, k,
-				(size_t)sm->blocks[i] * (size_t)bs * row, (size_t)rows * row));
+				(size_t)(sm->blocks[i] * stride) * row, (size_t)rows * row));
 	}
 	for (int p = 0; p < n; p++) {
 		float hi = kv_value(sm->kv, k->dtype, (size_t)p * SCRIPT_COLS);
