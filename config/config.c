@@ -98,8 +98,9 @@ const struct atlas_key atlas_keys[] = {
 	     "Memory for the KV cache blocks, in bytes with an optional suffix K, M or G "
 	     "(powers of 1024). 0 sizes it from the memory left after the model is loaded: "
 	     "on cuda gpu_memory_fraction of the device, on cpu 1G. When it is full, idle "
-	     "sessions' KV is dropped first (their next turn recomputes it), then the newest "
-	     "running session is parked until blocks free up."),
+	     "sessions' KV moves to the swap tier ([swap]) or, without one, is dropped (their "
+	     "next turn recomputes it); then the newest running session is parked until "
+	     "blocks free up."),
 	FLOAT("engine", gpu_memory_fraction, 0.0, true, 1.0, "0.9",
 	      "With kv_memory = 0 on cuda: the share of the device's memory atlas may use in "
 	      "all. The weights and activations are loaded first; the KV pool gets what is "
@@ -108,6 +109,17 @@ const struct atlas_key atlas_keys[] = {
 	     "Replay decode steps from CUDA graphs, one recorded per batch size and context "
 	     "bucket, instead of launching every kernel from the host. false is for "
 	     "benchmarks and debugging: the tokens are the same either way."),
+
+	SIZE("swap", kv_host_memory, 0, 1048576 * GIB, "0",
+	     "Host memory for the KV swap tier (pinned on cuda), in bytes with an optional "
+	     "suffix K, M or G. Idle and parked sessions' KV blocks move there instead of being "
+	     "dropped, and come back when the session runs again. 0: no host tier."),
+	SIZE("swap", kv_disk_memory, 0, 1048576 * GIB, "0",
+	     "Disk space for the KV swap tier in kv_dir, in bytes with an optional suffix. "
+	     "Blocks go there when the host tier is full. 0: no disk tier."),
+	STRING("swap", kv_dir, "",
+	       "Directory of the disk tier's block files (written with io_uring, O_DIRECT where "
+	       "the filesystem allows it). Needed when kv_disk_memory is not 0."),
 
 	INT("sessions", sessions, 0, 4096, "4",
 	    "Session directories s1 to sN that exist when the filesystem is mounted."),
@@ -574,6 +586,9 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'sessions': %d is more than max_sessions (%d)", c->sessions,
 				  c->max_sessions);
+	if (c->kv_disk_memory && !c->kv_dir[0])
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");
 	return 0;
 }
 

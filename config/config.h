@@ -41,6 +41,11 @@ struct atlas_config {
 	float gpu_memory_fraction;      /* cuda, kv_memory 0: share of the device memory to use */
 	bool cuda_graphs;               /* replay decode steps from CUDA graphs */
 
+	/* [swap] */
+	uint64_t kv_host_memory;        /* bytes of the host tier, 0 = none */
+	uint64_t kv_disk_memory;        /* bytes of the disk tier in kv_dir, 0 = none */
+	char kv_dir[ATLAS_PATH_MAX];    /* directory of the disk tier's files */
+
 	/* [sessions] */
 	int sessions;                   /* session directories s1..sN made at mount */
 	int max_sessions;               /* most sessions, counting those made with mkdir */

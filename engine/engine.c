@@ -10,6 +10,7 @@
  *   commit it (sched_commit) and hand its tokens and logits to their owners
  */
 #include <errno.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,19 @@
  * many positions for atlas_engine_logits (each row is vocab floats). */
 #define ENGINE_LOGITS_CHUNK 32
 
+/* How often the engine thread looks at device copies in flight when it has
+ * nothing else to do. */
+#define ENGINE_MOVE_POLL_NS 200000
+
 static void housekeeping(struct atlas_engine *e)
 {
 	struct atlas_session **pp = &e->sessions;
 	while (*pp) {
 		struct atlas_session *s = *pp;
+		if (s->req.prefetch) {
+			s->req.prefetch = false;
+			sched_prefetch(&e->sched, &s->req);
+		}
 		if (s->closed) {
 			*pp = s->next;
 			sched_remove(&e->sched, &s->req);
@@ -94,6 +103,10 @@ static void apply_events(struct atlas_engine *e)
 			break;
 		case SCHED_FAILED:
 			session_end_turn(s, -EIO, "error", ev->msg);
+			snprintf(s->last_error, sizeof s->last_error, "%s", ev->msg);
+			break;
+		case SCHED_DROPPED:
+			snprintf(s->last_error, sizeof s->last_error, "%s", ev->msg);
 			break;
 		}
 		s->notify = true;
@@ -169,6 +182,28 @@ static void run_step(struct atlas_engine *e)
 	}
 }
 
+/* Blocks are moving between tiers: sleep until a disk completion wakes the
+ * thread, or briefly, to notice device copies that ended (they signal
+ * nothing). */
+static void wait_for_moves(struct atlas_engine *e)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_nsec += ENGINE_MOVE_POLL_NS;
+	if (t.tv_nsec >= 1000000000) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&e->wake, &e->lock, &t);
+}
+
+/* The disk tier's I/O thread: a move's disk I/O ended. */
+static void wake_engine(void *ctx)
+{
+	struct atlas_engine *e = ctx;
+	pthread_cond_signal(&e->wake);
+}
+
 static void *engine_main(void *arg)
 {
 	struct atlas_engine *e = arg;
@@ -184,7 +219,11 @@ static void *engine_main(void *arg)
 				run_step(e);
 			continue;
 		}
-		if (!pending_work(e) && !e->stop && !logits_job_waiting(e))
+		if (pending_work(e) || e->stop || logits_job_waiting(e))
+			continue;
+		if (e->x->pool.n_active)
+			wait_for_moves(e);
+		else
 			pthread_cond_wait(&e->wake, &e->lock);
 	}
 	pthread_mutex_unlock(&e->lock);
@@ -243,6 +282,9 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: the tokenizer has %d tokens but vocab_size is %d", c->model,
 				  tok_vocab_size(e->tok), e->vocab);
+	if ((rc = seq_pool_tiers(&e->x->pool, c->kv_host_memory, c->kv_dir, c->kv_disk_memory,
+				 wake_engine, e, err, errlen)))
+		return rc;
 	if ((rc = step_cmd_alloc(&e->cmd, &e->x->lim)) ||
 	    (rc = sched_init(&e->sched, &e->x->pool, slots, c->chunk_size,
 			     ATLAS_MIN(c->chunk_size, lim.max_out), e->x->geo.max_blocks,

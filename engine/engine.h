@@ -109,6 +109,10 @@ int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, 
 /* The same with token ids (raw: appended as they are). */
 int atlas_session_submit_tokens(struct atlas_session *s, const int32_t *ids, size_t n,
 				char *err, size_t errlen);
+/* A hint that a turn comes soon (its prompt is being written): the engine
+ * starts bringing the session's KV back from the swap tier, if it is there
+ * and the device has room. Returns at once. */
+void atlas_session_prefetch(struct atlas_session *s);
 /* End the running or queued turn (its output ends with ECANCELED). */
 void atlas_session_cancel(struct atlas_session *s);
 /* Cancel, forget every turn and free the session's KV. */
@@ -175,10 +179,13 @@ struct atlas_kv_stats {
 	uint64_t swap_out_bytes_total, swap_in_bytes_total;
 	uint64_t swap_out_ops_total, swap_in_ops_total;
 	double read_latency_p50_s, read_latency_p99_s;
-	uint64_t prefetch_hits_total;
+	uint64_t prefetch_hits_total;     /* turns whose KV a prefetch hint had brought back */
+	uint64_t prefetch_misses_total;   /* turns hinted whose KV was not back yet */
+	uint64_t swap_errors_total;       /* block moves that failed (a write keeps its source) */
+	uint64_t swap_drops_total;        /* sequences whose KV was dropped: no room to park */
 	uint32_t parked_sessions;
-	uint64_t preemptions_total;       /* sequences whose KV was dropped to make room */
-	uint64_t evictions_total;         /* idle sessions whose KV was dropped to make room */
+	uint64_t preemptions_total;       /* running sequences that gave their KV back */
+	uint64_t evictions_total;         /* idle sessions that gave their KV back */
 };
 
 struct atlas_spec_stats {

@@ -273,6 +273,14 @@ int atlas_session_set_params(struct atlas_session *s, const struct atlas_params 
 	return 0;
 }
 
+void atlas_session_prefetch(struct atlas_session *s)
+{
+	pthread_mutex_lock(&s->e->lock);
+	s->req.prefetch = true;
+	pthread_cond_signal(&s->e->wake);
+	pthread_mutex_unlock(&s->e->lock);
+}
+
 void atlas_session_cancel(struct atlas_session *s)
 {
 	pthread_mutex_lock(&s->e->lock);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "engine/hss/disk.h"
 #include "engine/internal.h"
 
 static void fill_slots(struct atlas_engine *e, struct atlas_engine_stats *o)
@@ -26,15 +27,45 @@ static void fill_slots(struct atlas_engine *e, struct atlas_engine_stats *o)
 	}
 }
 
+/* Whether some of s's KV is in the swap tier (or on its way there). */
+static bool parked(const struct atlas_session *s)
+{
+	for (int i = 0; i < s->req.seq.n_blocks; i++)
+		if (s->req.seq.blocks[i].tier != KV_TIER_DEVICE || s->req.seq.blocks[i].moving)
+			return true;
+	return s->state == ATLAS_STATE_PARKED;
+}
+
 static void fill_kv(struct atlas_engine *e, struct atlas_kv_stats *kv)
 {
-	const struct kv_pool *p = &e->x->pool.kv;
+	const struct seq_pool *pool = &e->x->pool;
+	const struct kv_pool *p = &pool->kv;
 	kv->block_size = (uint32_t)p->block_size;
 	kv->bytes_per_block = p->bytes_per_block;
 	kv->blocks_total[ATLAS_TIER_HBM] = (uint64_t)p->n_blocks;
 	kv->blocks_used[ATLAS_TIER_HBM] = (uint64_t)(p->n_blocks - p->n_free);
+	/* The host tier without the slots kept for staging disk I/O. */
+	const int host_total = pool->host.n_blocks - pool->n_staging;
+	kv->blocks_total[ATLAS_TIER_HOST] = (uint64_t)host_total;
+	kv->blocks_used[ATLAS_TIER_HOST] = (uint64_t)(host_total - pool->host.n_free);
+	if (pool->disk) {
+		struct disk_stats d;
+		disk_stats(pool->disk, &d);
+		kv->blocks_total[ATLAS_TIER_DISK] = d.slots_total;
+		kv->blocks_used[ATLAS_TIER_DISK] = d.slots_used;
+		kv->read_latency_p50_s = (double)d.read_p50_ns * 1e-9;
+		kv->read_latency_p99_s = (double)d.read_p99_ns * 1e-9;
+	}
+	kv->swap_out_bytes_total = pool->swap.out_bytes;
+	kv->swap_out_ops_total = pool->swap.out_ops;
+	kv->swap_in_bytes_total = pool->swap.in_bytes;
+	kv->swap_in_ops_total = pool->swap.in_ops;
+	kv->prefetch_hits_total = e->sched.prefetch_hits;
+	kv->prefetch_misses_total = e->sched.prefetch_misses;
+	kv->swap_errors_total = pool->swap.errors;
+	kv->swap_drops_total = e->sched.drops;
 	for (struct atlas_session *s = e->sessions; s; s = s->next)
-		if (!s->closed && s->state == ATLAS_STATE_PARKED)
+		if (!s->closed && parked(s))
 			kv->parked_sessions++;
 	kv->preemptions_total = e->sched.preemptions;
 	kv->evictions_total = e->sched.evictions;

@@ -114,6 +114,14 @@ static int open_session_file(struct atlas_fs *fs, struct fs_session *s, enum fs_
 		fs_file_free(f);
 		return rc;
 	}
+	/* A prompt is on its way: its session's KV may start coming back from
+	 * the swap tier while it is written. */
+	if (sf == SF_IN) {
+		pthread_mutex_lock(&s->lock);
+		if (s->es)
+			atlas_session_prefetch(s->es);
+		pthread_mutex_unlock(&s->lock);
+	}
 	*out = f;
 	return 0;
 }

@@ -172,14 +172,25 @@ static void kv_metrics(FILE *f, const struct atlas_kv_stats *kv)
 	value_dbl(f, kv->read_latency_p50_s);
 	fputs("atlas_kv_read_latency_seconds{quantile=\"0.99\"}", f);
 	value_dbl(f, kv->read_latency_p99_s);
-	counter_u64(f, "kv_prefetch_hits_total", "Swap-tier prefetches that were used.",
+	counter_u64(f, "kv_prefetch_hits_total",
+		    "Turns whose KV a prefetch hint had brought back to the device.",
 		    kv->prefetch_hits_total);
-	gauge_u64(f, "kv_parked_sessions", "Sessions parked for lack of KV memory.",
+	counter_u64(f, "kv_prefetch_misses_total",
+		    "Hinted turns whose KV was not back on the device yet.",
+		    kv->prefetch_misses_total);
+	counter_u64(f, "kv_swap_errors_total",
+		    "Block moves of the swap tier that failed (a write keeps its source).",
+		    kv->swap_errors_total);
+	counter_u64(f, "kv_swap_drops_total",
+		    "Sequences whose KV was dropped because the swap tier could not take it.",
+		    kv->swap_drops_total);
+	gauge_u64(f, "kv_parked_sessions", "Sessions with KV in the swap tier or preempted.",
 		  kv->parked_sessions);
-	counter_u64(f, "kv_preemptions_total", "Sequences whose KV was dropped to make room.",
+	counter_u64(f, "kv_preemptions_total",
+		    "Running sequences that gave their KV back to make room.",
 		    kv->preemptions_total);
-	counter_u64(f, "kv_evictions_total", "Idle sessions whose KV was dropped to make room.",
-		    kv->evictions_total);
+	counter_u64(f, "kv_evictions_total",
+		    "Idle sessions that gave their KV back to make room.", kv->evictions_total);
 }
 
 static void spec_metrics(FILE *f, const struct atlas_spec_stats *sp)

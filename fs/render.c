@@ -70,6 +70,9 @@ static void render_kv(FILE *f, const struct atlas_kv_stats *kv)
 	kv_dbl(f, "read_latency_p50_seconds", kv->read_latency_p50_s);
 	kv_dbl(f, "read_latency_p99_seconds", kv->read_latency_p99_s);
 	kv_u64(f, "prefetch_hits_total", kv->prefetch_hits_total);
+	kv_u64(f, "prefetch_misses_total", kv->prefetch_misses_total);
+	kv_u64(f, "swap_errors_total", kv->swap_errors_total);
+	kv_u64(f, "swap_drops_total", kv->swap_drops_total);
 	kv_u64(f, "parked_sessions", kv->parked_sessions);
 	kv_u64(f, "preemptions_total", kv->preemptions_total);
 	kv_u64(f, "evictions_total", kv->evictions_total);

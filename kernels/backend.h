@@ -242,7 +242,28 @@ struct kt_ops {
 	int (*copy)(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *src);
 	/* Bytes of device memory free now and in total (cpu: available and physical RAM). */
 	int (*memory)(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+
+	/* Host memory the backend copies to and from at full speed (cuda:
+	 * pinned; cpu: ordinary), aligned to KT_HOST_ALIGN: the KV swap tier's
+	 * host pool and the buffers of its disk I/O. Not for use during a step. */
+	int (*host_alloc)(struct kt_backend *be, size_t bytes, void **out);
+	void (*host_free)(struct kt_backend *be, void *p);
+	/* Start copying bytes between host memory from host_alloc and tensor t
+	 * at byte offset off (to_host: t to host, else host to t), ordered after
+	 * every op enqueued before it and beside the ops enqueued after it (cuda:
+	 * on a stream of its own); *ticket names it. Until copy_done says so, the
+	 * source must not change and the destination must not be read. -EAGAIN:
+	 * too many copies in flight, try again after some finish. */
+	int (*copy_async)(struct kt_backend *be, void *host, const struct kt_tensor *t, size_t off,
+			  size_t bytes, bool to_host, uint64_t *ticket);
+	/* Whether the copy named ticket, and every copy started before it, has
+	 * finished: 1, 0 while it runs, or a negative errno if it failed. Never
+	 * waits. */
+	int (*copy_done)(struct kt_backend *be, uint64_t ticket);
 };
+
+/* Alignment of host_alloc memory: what O_DIRECT file I/O needs. */
+#define KT_HOST_ALIGN 4096
 
 struct kt_backend {
 	const struct kt_ops *ops;
@@ -309,6 +330,14 @@ static inline int kt_copy(struct kt_backend *be, const struct kt_tensor *dst,
 			  const struct kt_tensor *src) { return KT_OP(copy, dst, src); }
 static inline int kt_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
 { return KT_OP(memory, free_bytes, total_bytes); }
+static inline int kt_host_alloc(struct kt_backend *be, size_t bytes, void **out)
+{ return KT_OP(host_alloc, bytes, out); }
+static inline void kt_host_free(struct kt_backend *be, void *p) { be->ops->host_free(be, p); }
+static inline int kt_copy_async(struct kt_backend *be, void *host, const struct kt_tensor *t,
+				size_t off, size_t bytes, bool to_host, uint64_t *ticket)
+{ return KT_OP(copy_async, host, t, off, bytes, to_host, ticket); }
+static inline int kt_copy_done(struct kt_backend *be, uint64_t ticket)
+{ return KT_OP(copy_done, ticket); }
 #undef KT_OP
 
 #endif

@@ -13,8 +13,9 @@
  * there. Which sequence owns which block, and in what order, is the
  * sequence state's business (engine/seq/); this layer counts references.
  *
- * A block lives in one tier. Only the device tier exists today; the swap
- * tier will add host and disk copies and the moves between them.
+ * A block lives in one tier: the device (this pool), host memory
+ * (engine/hss/host.h) or disk (engine/hss/disk.h); engine/seq/ moves blocks
+ * between them.
  *
  * Not thread-safe: the engine thread changes the allocator while planning,
  * under engine.lock, which is also what a stats reader holds.
@@ -29,9 +30,13 @@
 
 enum kv_tier { KV_TIER_DEVICE, KV_TIER_HOST, KV_TIER_DISK, KV_TIERS };
 
-/* Where one block of a sequence is: a tier and an index in that tier. */
+/* Where one block of a sequence is: a tier and an index in that tier. While
+ * a move between tiers is in flight (engine/seq/move.c), tier and index
+ * still name where the data is; the move holds its destination. */
 struct kv_ref {
-	uint8_t tier;      /* enum kv_tier */
+	uint8_t tier;      /* enum kv_tier: where the block's data is */
+	uint8_t moving;    /* a move is in flight: not readable, not movable */
+	int32_t move;      /* while moving: the move's index in seq_pool.moves */
 	uint32_t index;    /* block index within that tier's pool */
 };
 

@@ -13,6 +13,9 @@
 #include "common/log.h"
 #include "engine/sched/rng.h"
 
+/* Events a plan keeps beyond those of admission and reservation. */
+#define SCHED_SPARE_EVENTS 64
+
 int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, int tools_chunk,
 	       int max_blocks, int max_seqs)
 {
@@ -23,8 +26,9 @@ int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, i
 	s->tools_chunk = tools_chunk;
 	s->max_blocks = max_blocks;
 	/* Per plan: an admission or a failure per slot, then a preemption or a
-	 * failure per running request. */
-	s->max_events = 3 * (n_slots + 1);
+	 * failure per running request; the rest for lost and dropped KV, which
+	 * wait for the next plan when there is no room. */
+	s->max_events = 4 * (n_slots + 1) + SCHED_SPARE_EVENTS;
 	s->slots = calloc((size_t)n_slots + 1, sizeof *s->slots);
 	s->reqs_of = calloc((size_t)max_seqs, sizeof *s->reqs_of);
 	s->epoch_of = calloc((size_t)max_seqs, sizeof *s->epoch_of);
@@ -111,10 +115,14 @@ void sched_drop(struct sched *s, struct sched_req *r)
 	seq_release(s->pool, &r->seq);
 }
 
+/* Tell r's owner what planning did; false when the plan's events are full
+ * (only the informational DROPPED can meet that; see sched_init). */
 __attribute__((format(printf, 4, 5)))
-static void event(struct sched *s, enum sched_event_kind kind, struct sched_req *r,
+static bool event(struct sched *s, enum sched_event_kind kind, struct sched_req *r,
 		  const char *fmt, ...)
 {
+	if (s->n_events == s->max_events)
+		return false;
 	struct sched_event *ev = &s->events[s->n_events++];
 	ev->kind = kind;
 	ev->req = r;
@@ -125,6 +133,7 @@ static void event(struct sched *s, enum sched_event_kind kind, struct sched_req 
 		vsnprintf(ev->msg, sizeof ev->msg, fmt, ap);
 		va_end(ap);
 	}
+	return true;
 }
 
 static struct sched_req *oldest_queued(struct sched *s, bool keep_all)
@@ -166,6 +175,27 @@ static bool fits_pool(struct sched *s, struct sched_req *r)
 	return false;
 }
 
+void sched_prefetch(struct sched *s, struct sched_req *r)
+{
+	if (r->forgotten || r->phase == REQ_RUNNING ||
+	    seq_resident(s->pool, &r->seq, r->seq.n_tokens))
+		return;
+	if (seq_restore(s->pool, &r->seq, r->seq.n_tokens) >= 0)
+		r->prefetched = true;
+}
+
+/* Whether a hinted request's KV came back in time. */
+static void count_prefetch(struct sched *s, struct sched_req *r)
+{
+	if (!r->prefetched)
+		return;
+	r->prefetched = false;
+	if (!seq_resident(s->pool, &r->seq, r->seq.n_tokens))
+		s->prefetch_misses++;
+	else
+		s->prefetch_hits++;
+}
+
 /* Queued requests into free slots, oldest first; the events of the
  * reservations that follow keep their room. */
 static void admit(struct sched *s)
@@ -177,44 +207,69 @@ static void admit(struct sched *s)
 		if (!fits_pool(s, r))
 			continue;
 		run_in(s, r, slot);
+		count_prefetch(s, r);
 		event(s, SCHED_ADMITTED, r, NULL);
 	}
 }
 
-static bool holds_device_memory(const struct sched_req *r)
+/* Device blocks r holds that no move is taking away already. */
+static int device_blocks(const struct sched_req *r)
 {
-	return r->seq.n_blocks || r->seq.state_slot >= 0;
+	int n = 0;
+	for (int i = 0; i < r->seq.n_blocks; i++)
+		n += r->seq.blocks[i].tier == KV_TIER_DEVICE && !r->seq.blocks[i].moving;
+	return n + (r->seq.state_slot >= 0);
 }
 
-/* Drop the KV of the least recently used idle request. */
+/* Free r's device blocks: park them in the swap tier, or drop the KV when
+ * they cannot go there (its next turn recomputes it). */
+static void give_back(struct sched *s, struct sched_req *r)
+{
+	const int failed = r->seq.move_error;
+	if (!failed && seq_park(s->pool, &r->seq) > 0) {
+		s->parks++;
+		return;
+	}
+	seq_release(s->pool, &r->seq);
+	s->drops++;
+	r->seq.move_error = 0;
+	if (failed)
+		event(s, SCHED_DROPPED, r,
+		      "KV: the swap tier could not take its blocks (%s); they were dropped and "
+		      "its next turn recomputes them", strerror(-failed));
+}
+
+/* Free the device blocks of the least recently used idle request. */
 static bool evict_idle(struct sched *s)
 {
 	struct sched_req *lru = NULL;
 	for (struct sched_req *r = s->reqs; r; r = r->next)
-		if (r->phase != REQ_RUNNING && !r->forgotten && holds_device_memory(r) &&
+		if (r->phase != REQ_RUNNING && !r->forgotten && device_blocks(r) &&
 		    (!lru || r->last_used_ns < lru->last_used_ns))
 			lru = r;
 	if (!lru)
 		return false;
-	log_debug("kv: dropping the KV of an idle sequence (%d blocks)", lru->seq.n_blocks);
-	seq_release(s->pool, &lru->seq);
+	log_debug("kv: an idle sequence gives back %d device blocks", device_blocks(lru));
+	give_back(s, lru);
 	s->evictions++;
 	return true;
 }
 
-/* Preempt the newest running session request other than keep. */
+/* Preempt the newest running session request other than keep that holds
+ * device blocks: it leaves its slot, its blocks go to the swap tier (or are
+ * dropped), and it waits at the head of the queue. */
 static bool preempt(struct sched *s, struct sched_req *keep)
 {
 	struct sched_req *victim = NULL;
 	for (int i = 0; i < s->n_slots; i++) {
 		struct sched_req *r = s->slots[i];
-		if (r && r != keep && (!victim || r->order > victim->order))
+		if (r && r != keep && device_blocks(r) && (!victim || r->order > victim->order))
 			victim = r;
 	}
 	if (!victim)
 		return false;
 	log_debug("kv: preempting a running sequence (%d blocks)", victim->seq.n_blocks);
-	seq_release(s->pool, &victim->seq);
+	give_back(s, victim);
 	s->slots[victim->slot] = NULL;
 	victim->slot = -1;
 	victim->phase = REQ_QUEUED;
@@ -223,22 +278,64 @@ static bool preempt(struct sched *s, struct sched_req *keep)
 	return true;
 }
 
-/* Give r room for positions [0, upto); false if r itself had to go. */
-static bool reserve(struct sched *s, struct sched_req *r, int upto)
+enum room { ROOM_OK, ROOM_WAIT, ROOM_FAILED };
+
+/* r's blocks back on the device, and room for positions [0, upto): 0, the
+ * blocks still on their way (> 0), or a negative errno. The blocks past its
+ * written positions come back too: the step writes them. */
+static int try_room(struct sched *s, struct sched_req *r, int upto)
+{
+	int rc = seq_restore(s->pool, &r->seq, upto);
+	return rc ? rc : seq_reserve(s->pool, &r->seq, upto);
+}
+
+/* Give r what try_room asks for, freeing device blocks of others as it must:
+ * idle requests' first, then the newest running request's. A request whose
+ * blocks, or the blocks it waits for, are still moving sits this step out. */
+static enum room reserve(struct sched *s, struct sched_req *r, int upto)
 {
 	int rc;
-	while ((rc = seq_reserve(s->pool, &r->seq, upto)) == -ENOSPC)
+	for (;;) {
+		rc = try_room(s, r, upto);
+		if (rc > 0) {
+			s->deferrals++;
+			return ROOM_WAIT;
+		}
+		if (rc != -ENOSPC)
+			break;
+		if (seq_pool_poll(s->pool) > 0)
+			continue;
+		if (s->pool->dev_freeing > 0) {
+			s->deferrals++;
+			return ROOM_WAIT;
+		}
 		if (!evict_idle(s) && !preempt(s, r))
 			break;
+	}
 	if (!rc)
-		return true;
+		return ROOM_OK;
 	sched_stop(s, r);
 	if (rc == -ENOSPC)
 		event(s, SCHED_FAILED, r, "KV pool exhausted: %d tokens need %d blocks of %d", upto,
 		      kv_blocks_for(&s->pool->kv, upto), s->pool->kv.n_blocks);
 	else
 		event(s, SCHED_FAILED, r, "KV: cannot reserve %d tokens (%s)", upto, strerror(-rc));
-	return false;
+	return ROOM_FAILED;
+}
+
+/* Requests whose KV could not be read back from the swap tier: they fail
+ * and start over from their tokens. */
+static void collect_lost(struct sched *s)
+{
+	for (struct sched_req *r = s->reqs; r && s->n_events < s->max_events; r = r->next) {
+		if (!r->seq.lost || r->forgotten)
+			continue;
+		const int rc = r->seq.lost;
+		sched_stop(s, r);
+		seq_release(s->pool, &r->seq);
+		event(s, SCHED_FAILED, r, "KV: reading its blocks back from the swap tier failed (%s)",
+		      strerror(-rc));
+	}
 }
 
 /* Lay n rows of r out in cmd, from its first position without KV. A
@@ -287,7 +384,7 @@ static int plan_tools(struct sched *s, struct step_cmd *cmd, struct sched_req *r
 		run_in(s, r, s->n_slots);
 	}
 	const int n = (int)ATLAS_MIN((size_t)s->tools_chunk, r->n_tokens - (size_t)r->seq.n_tokens);
-	if (n <= 0 || !reserve(s, r, r->seq.n_tokens + n))
+	if (n <= 0 || reserve(s, r, r->seq.n_tokens + n) != ROOM_OK)
 		return 0;
 	add_seq(s, cmd, r, n);
 	return cmd->n_seqs;
@@ -335,8 +432,9 @@ static void plan_sessions(struct sched *s, struct step_cmd *cmd)
 				budget -= want[i];
 		}
 	for (int i = 0; i < n; i++)
-		if (list[i]->phase == REQ_RUNNING && want[i] > 0)
-			reserve(s, list[i], list[i]->seq.n_tokens + want[i]);
+		if (list[i]->phase == REQ_RUNNING && want[i] > 0 &&
+		    reserve(s, list[i], list[i]->seq.n_tokens + want[i]) != ROOM_OK)
+			want[i] = 0;
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < n; i++) {
 			struct sched_req *r = list[i];
@@ -352,6 +450,8 @@ int sched_plan(struct sched *s, struct step_cmd *cmd)
 	struct sched_req *tools = s->slots[s->n_slots];
 	cmd->n_seqs = cmd->n_rows = cmd->n_out = cmd->n_table = 0;
 	s->n_events = 0;
+	seq_pool_poll(s->pool);
+	collect_lost(s);
 	if (!tools)
 		tools = oldest_queued(s, true);
 	if (tools)

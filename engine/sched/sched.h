@@ -15,12 +15,15 @@
  * that reaches the last token asks for logits and samples the next token.
  *
  * Requests enter free slots in FIFO order. When the pool cannot hold the
- * step, idle requests' KV is dropped first (least recently used), then the
- * newest running request is preempted: its KV is dropped and it waits at
- * the head of the queue to recompute. Sampling is keyed by position, so
- * recomputation gives the same tokens (DESIGN §4.1). A request whose
- * blocks are not all on the device when the step is laid out is deferred:
- * it keeps its slot and sits this step out.
+ * step, idle requests give their device blocks back first (least recently
+ * used), then the newest running request is preempted and waits at the head
+ * of the queue. Blocks given back move to the swap tier (host, then disk:
+ * seq_park) and come back when their request runs again (seq_restore); with
+ * no room there they are dropped and the request recomputes them. Sampling
+ * is keyed by position, so recomputation gives the same tokens (DESIGN
+ * §4.1). A request whose blocks are still moving, or that waits for blocks
+ * others are moving away, is deferred: it keeps its slot and sits the step
+ * out.
  *
  * A tools request runs alone, in the slot after the sessions' ones, in
  * chunks whose every row returns its logits.
@@ -60,6 +63,9 @@ struct sched_req {
 	bool keep_all;                  /* tools: every row returns logits, nothing is sampled */
 	bool forgotten;                 /* the owner dropped the sequence while a step may be
 					 * writing it: the engine thread releases it after */
+	bool prefetch;                  /* its owner hinted that it runs soon (sched_prefetch) */
+	bool prefetched;                /* a hint started bringing its KV back; its admission
+					 * counts a hit or a miss */
 	struct sched_sampling sampling;
 	struct sched_req *next;         /* sched.reqs */
 };
@@ -68,6 +74,7 @@ enum sched_event_kind {
 	SCHED_ADMITTED,                 /* it got a slot */
 	SCHED_PREEMPTED,                /* its KV was dropped; it waits to recompute */
 	SCHED_FAILED,                   /* it cannot run: msg says why; it is idle now */
+	SCHED_DROPPED,                  /* its KV could not be parked and was dropped: msg */
 };
 
 struct sched_event {
@@ -96,6 +103,10 @@ struct sched {
 	int *want;                      /* [n_slots] planning's scratch: rows each one wants */
 
 	uint64_t steps, preemptions, evictions, deferrals;
+	uint64_t parks;                 /* requests whose blocks went to the swap tier */
+	uint64_t drops;                 /* requests whose KV was dropped (no room to park) */
+	uint64_t prefetch_hits;         /* admissions that found the hinted KV back */
+	uint64_t prefetch_misses;       /* admissions whose hinted KV was still elsewhere */
 };
 
 int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, int tools_chunk,
@@ -116,6 +127,10 @@ void sched_queue(struct sched *s, struct sched_req *r);
 void sched_stop(struct sched *s, struct sched_req *r);
 /* Drop r's KV now (no step may be writing it). */
 void sched_drop(struct sched *s, struct sched_req *r);
+
+/* Start bringing r's KV back to the device if it is elsewhere and the
+ * device has room (a hint: the owner expects to run it soon). */
+void sched_prefetch(struct sched *s, struct sched_req *r);
 
 /* Plan the next step into cmd (arrays sized by the executor's limits);
  * s->events says what it did to requests. Returns the number of sequences

@@ -7,10 +7,12 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "engine/hss/disk.h"
 
 int seq_pool_init(struct seq_pool *p, struct kt_backend *be, const struct model_config *mc,
 		  int block_size, uint64_t kv_budget, int state_slots, char *err, size_t errlen)
 {
+	memset(p, 0, sizeof *p);
 	int rc = kv_pool_init(&p->kv, be, mc->n_attention_layers, mc->n_kv_heads, mc->head_dim,
 			      block_size, kv_budget, err, errlen);
 	if (rc)
@@ -24,6 +26,7 @@ int seq_pool_init(struct seq_pool *p, struct kt_backend *be, const struct model_
 
 void seq_pool_free(struct seq_pool *p)
 {
+	seq_pool_tiers_free(p);
 	state_pool_free(&p->state);
 	kv_pool_free(&p->kv);
 }
@@ -59,7 +62,7 @@ static bool has_state(const struct seq_pool *p)
 static int shared_tail(const struct seq_pool *p, const struct seq *s)
 {
 	int b = s->n_tokens / p->kv.block_size;
-	if (b >= s->n_blocks || s->blocks[b].tier != KV_TIER_DEVICE)
+	if (b >= s->n_blocks || s->blocks[b].tier != KV_TIER_DEVICE || s->blocks[b].moving)
 		return -1;
 	return p->kv.refs[s->blocks[b].index] > 1 ? b : -1;
 }
@@ -100,11 +103,23 @@ void seq_commit(struct seq *s, int n_tokens)
 	s->n_tokens = n_tokens;
 }
 
+/* Let blocks [keep, n_blocks) go, wherever they are; a block on the move
+ * is left to its move, which frees it when it ends. */
 static void drop_blocks_from(struct seq_pool *p, struct seq *s, int keep)
 {
-	for (int i = keep; i < s->n_blocks; i++)
-		if (s->blocks[i].tier == KV_TIER_DEVICE)
-			kv_block_unref(&p->kv, (int)s->blocks[i].index);
+	for (int i = keep; i < s->n_blocks; i++) {
+		const struct kv_ref *r = &s->blocks[i];
+		if (r->moving) {
+			p->moves[r->move].seq = NULL;
+			s->n_moving--;
+		} else if (r->tier == KV_TIER_DEVICE) {
+			kv_block_unref(&p->kv, (int)r->index);
+		} else if (r->tier == KV_TIER_HOST) {
+			host_slot_free(&p->host, (int)r->index);
+		} else {
+			disk_slot_free(p->disk, (int)r->index);
+		}
+	}
 	if (keep < s->n_blocks)
 		s->n_blocks = keep;
 }
@@ -169,11 +184,9 @@ int seq_fork(struct seq_pool *p, struct seq *dst, const struct seq *src, int n_t
 		return -ENOSPC;
 	if ((rc = table_grow(dst, full + partial)))
 		return rc;
-	for (int i = 0; i < full; i++)
-		if (src->blocks[i].tier != KV_TIER_DEVICE)
+	for (int i = 0; i < full + partial; i++)
+		if (src->blocks[i].tier != KV_TIER_DEVICE || src->blocks[i].moving)
 			return -EAGAIN;
-	if (partial && src->blocks[full].tier != KV_TIER_DEVICE)
-		return -EAGAIN;
 	if (partial) {
 		int fresh = kv_block_alloc(kv);
 		if ((rc = kv_block_copy(kv, fresh, (int)src->blocks[full].index))) {
@@ -212,6 +225,7 @@ void seq_release(struct seq_pool *p, struct seq *s)
 	s->state_slot = s->snap_slot = -1;
 	s->snap_pos = 0;
 	s->n_tokens = 0;
+	s->lost = 0;
 }
 
 void seq_free(struct seq_pool *p, struct seq *s)
@@ -231,7 +245,7 @@ int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int
 		return -E2BIG;
 	for (int i = 0; i < n; i++) {
 		struct kv_ref r = s->blocks[i];
-		if (r.tier != KV_TIER_DEVICE)
+		if (r.tier != KV_TIER_DEVICE || r.moving)
 			return -EAGAIN;
 		ids[i] = (int32_t)r.index;
 	}

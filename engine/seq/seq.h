@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/hss/host.h"
 #include "engine/kv/kv.h"
 #include "engine/model/model.h"
 #include "kernels/backend.h"
@@ -43,10 +44,55 @@ struct state_pool {
 	int n_free;
 };
 
-/* Everything the sequences of one model keep on the device. */
+struct disk_tier;
+struct seq;
+
+/* One block on its way between tiers (move.c): what it holds until it ends
+ * and where it is. A move whose sequence let the block go is orphaned (seq
+ * NULL): it runs to its end and then frees everything it holds. */
+struct seq_move {
+	struct seq *seq;            /* owner, NULL once orphaned */
+	int block;                  /* its index in seq->blocks */
+	uint8_t up;                 /* toward the device, else away from it */
+	uint8_t to_disk;            /* down: the block ends on disk */
+	uint8_t stage;              /* enum move_stage (move.c) */
+	uint8_t staging;            /* host is a staging slot, freed when the move ends */
+	uint8_t src;                /* enum kv_tier of its source, which its sequence owns */
+	int dev;                    /* device block: source (down) or destination (up), -1 none */
+	int host;                   /* host slot or staging slot, -1 none */
+	int disk;                   /* disk slot: destination (down) or source (up), -1 none */
+	uint64_t ticket;            /* its device copy (kt_copy_async) */
+	int io_result;              /* its disk I/O's result once io_done */
+	uint8_t io_done;
+	uint64_t t0_ns;             /* when it started, for read latencies */
+	int active_pos;             /* its place in seq_pool.active, -1 when free */
+};
+
+/* Counters of the swap tier (ctl/kv). */
+struct seq_swap_stats {
+	uint64_t out_bytes, out_ops;    /* blocks moved away from the device, and to disk */
+	uint64_t in_bytes, in_ops;      /* blocks moved toward the device, and from disk */
+	uint64_t errors;                /* moves that failed (a write kept its source) */
+	uint64_t lost;                  /* blocks lost to a failed read */
+};
+
+/* Everything the sequences of one model keep, in every tier. */
 struct seq_pool {
-	struct kv_pool kv;
+	struct kv_pool kv;              /* the device tier */
 	struct state_pool state;
+	struct host_pool host;          /* the host tier; n_blocks 0: none */
+	int32_t *staging_free;          /* [n_staging] free host slots kept for staging disk
+					 * I/O, taken from the host pool at init */
+	int n_staging, n_staging_free;
+	struct disk_tier *disk;         /* the disk tier, NULL: none; owned */
+	struct seq_move *moves;         /* [max_moves] */
+	int max_moves;
+	int *active;                    /* [max_moves] indices of moves in flight */
+	int n_active;
+	int32_t *free_moves;            /* [max_moves] stack */
+	int n_free_moves;
+	int dev_freeing;                /* device blocks that moves in flight will free */
+	struct seq_swap_stats swap;
 };
 
 struct seq {
@@ -59,6 +105,10 @@ struct seq {
 				     * because its first position is 0 */
 	int snap_slot;              /* a copy of the state taken at snap_pos, -1: none */
 	int snap_pos;
+	int n_moving;               /* blocks with a move in flight */
+	int lost;                   /* a block could not be read back: the negative errno;
+				     * its owner must fail and release the sequence */
+	int move_error;             /* the last move that failed and kept its source */
 };
 
 /* Recurrent state slots (state.c): the pool, a slot, and the copy of one
@@ -111,5 +161,32 @@ int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int
 		int max_ids);
 /* Blocks of s per tier. */
 void seq_count(const struct seq *s, uint32_t counts[KV_TIERS]);
+
+/* ---- moves between tiers (move.c) ---- */
+
+/* The host tier (host_bytes of host memory; 0: none) and the disk tier
+ * (disk_bytes of files in disk_dir; "" or 0: none), after seq_pool_init. */
+int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir,
+		   uint64_t disk_bytes, void (*wake)(void *ctx), void *wake_ctx, char *err,
+		   size_t errlen);
+/* Start moving s's device blocks away (to host slots, or through staging to
+ * disk when the host tier is full); blocks shared with another sequence
+ * stay. The device blocks are free once the moves end. Returns the number
+ * started, 0 when none could. */
+int seq_park(struct seq_pool *p, struct seq *s);
+/* Start writing s's blocks in host slots to disk; returns the number started. */
+int seq_demote(struct seq_pool *p, struct seq *s);
+/* Bring the blocks holding positions [0, n_tokens) to the device: all the
+ * device blocks they need are taken now or none is (-ENOSPC). Returns 0 when
+ * every one is resident, else the number still on their way. */
+int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens);
+/* Whether the blocks holding positions [0, n_tokens) are all on the
+ * device, none of them moving. */
+bool seq_resident(const struct seq_pool *p, const struct seq *s, int n_tokens);
+/* Advance the moves in flight (copies done, disk I/O completed, staging
+ * freed); returns the number that ended. Never waits. */
+int seq_pool_poll(struct seq_pool *p);
+/* Free the tiers (seq_pool_free does). Every sequence must be released. */
+void seq_pool_tiers_free(struct seq_pool *p);
 
 #endif

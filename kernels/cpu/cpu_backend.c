@@ -144,6 +144,10 @@ static const struct kt_ops cpu_ops = {
 	.graph = cpu_graph,
 	.copy = cpu_copy,
 	.memory = cpu_memory,
+	.host_alloc = cpu_host_alloc,
+	.host_free = cpu_host_free,
+	.copy_async = cpu_copy_async,
+	.copy_done = cpu_copy_done,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

@@ -58,6 +58,7 @@ struct cpu_backend {
 	struct cpu_scratch *scratch; /* [threads] */
 	pthread_mutex_t lock;      /* guards owned (alloc and free may come from loader threads) */
 	struct cpu_ptrset owned;   /* allocations to free at kt_free or close */
+	uint64_t copies;           /* copy_async tickets handed out (each finishes at once) */
 };
 
 static inline struct cpu_backend *cpu_of(struct kt_backend *be)
@@ -99,6 +100,13 @@ int cpu_download(struct kt_backend *be, void *dst, const struct kt_tensor *src, 
 		 size_t bytes);
 int cpu_weight(struct kt_backend *be, enum kt_dtype src_dtype, const void *src, int64_t rows,
 	       int64_t cols, bool src_outlives, struct kt_tensor *out);
+
+/* Host memory and copies to and from it (cpu_transfer.c). */
+int cpu_host_alloc(struct kt_backend *be, size_t bytes, void **out);
+void cpu_host_free(struct kt_backend *be, void *p);
+int cpu_copy_async(struct kt_backend *be, void *host, const struct kt_tensor *t, size_t off,
+		   size_t bytes, bool to_host, uint64_t *ticket);
+int cpu_copy_done(struct kt_backend *be, uint64_t ticket);
 
 /* Ops, one file per family; contracts in kernels/backend.h. */
 int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,

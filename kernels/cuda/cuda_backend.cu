@@ -46,6 +46,7 @@ static void cuda_close(struct kt_backend *be)
 		CU_WARN(cudaStreamSynchronize(cu->stream));
 	cuda_graphs_free(cu);
 	cuda_attention_close(cu);
+	cuda_transfer_close(cu);
 	cuda_free_all(cu);
 	if (cu->blas)
 		cublasDestroy(cu->blas);
@@ -85,6 +86,10 @@ static const struct kt_ops cuda_ops = {
 	cuda_graph,
 	cuda_copy,
 	cuda_memory,
+	cuda_host_alloc,
+	cuda_host_free,
+	cuda_copy_async,
+	cuda_copy_done,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
@@ -142,6 +147,7 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 	STEP(cudaMallocHost((void **)&cu->ids_host, ids_bytes));
 	STEP(cudaMalloc((void **)&cu->rows_dev, rows_bytes));
 	STEP(cudaMalloc((void **)&cu->ids_dev, ids_bytes));
+	STEP(cuda_transfer_open(cu));
 #undef STEP
 	*what = "matmul workspace";
 	return cuda_grow_xbf16(cu, CUDA_XBF16_MIN_COLS) ? cudaErrorMemoryAllocation : cudaSuccess;

@@ -47,6 +47,9 @@ enum cuda_fault {
 	CUDA_FAULT_ATTENTION = 1u << 4,
 };
 
+/* Copies of the swap tier in flight at once (cuda_transfer.cu): one event each. */
+#define CUDA_COPY_RING 1024
+
 /* Most graphs kept (kernels/cuda/cuda_graph.cu). */
 #define CUDA_MAX_GRAPHS 128
 
@@ -89,6 +92,14 @@ struct cuda_backend {
 	int att_ws_rows;            /* rows × splits the workspace holds per head */
 	int att_heads;              /* heads the workspace holds per row-split */
 	int att_slots64, att_slots128; /* resident decode CTAs for head_dim 64, 128 */
+	/* Copies of the swap tier (cuda_transfer.cu): their own stream, which
+	 * waits for what the main stream had enqueued when each copy started,
+	 * and one event per copy in a ring; copy t is event t % CUDA_COPY_RING. */
+	cudaStream_t copy_stream;
+	cudaEvent_t copy_mark;      /* recorded on stream before each copy */
+	cudaEvent_t copy_events[CUDA_COPY_RING];
+	uint64_t copies_issued;     /* tickets handed out, 1.. */
+	uint64_t copies_done;       /* every ticket up to this one has finished */
 };
 
 #define CUDA_BLAS_WS_BYTES ((size_t)32 << 20)
@@ -212,6 +223,16 @@ int cuda_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), vo
 void cuda_graphs_free(struct cuda_backend *cu);
 int cuda_memory(struct kt_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 int cuda_copy(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *src);
+
+/* Host memory and the swap tier's copies (cuda_transfer.cu); the stream
+ * and events are made at open and destroyed at close. */
+cudaError_t cuda_transfer_open(struct cuda_backend *cu);
+void cuda_transfer_close(struct cuda_backend *cu);
+int cuda_host_alloc(struct kt_backend *be, size_t bytes, void **out);
+void cuda_host_free(struct kt_backend *be, void *p);
+int cuda_copy_async(struct kt_backend *be, void *host, const struct kt_tensor *t, size_t off,
+		    size_t bytes, bool to_host, uint64_t *ticket);
+int cuda_copy_done(struct kt_backend *be, uint64_t ticket);
 
 /* cudaSuccess when the kernels of this build run on the current device
  * (cuda_memory.cu). */

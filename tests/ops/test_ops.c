@@ -30,6 +30,7 @@
 #define OP_FILES(X) \
 	X(ops_device) \
 	X(ops_memory) \
+	X(ops_host) \
 	X(ops_rows) \
 	X(ops_elementwise) \
 	X(ops_norm) \

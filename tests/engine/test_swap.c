@@ -1,0 +1,323 @@
+/* The KV swap tier (DESIGN §8) on the cpu backend, through the public API:
+ * with device pools so small that most KV lives in the host and disk tiers,
+ * greedy tokens are bitwise those of a run without the tier, at batch 1 and
+ * N and at several chunk sizes; a session parked between turns continues on
+ * its KV without recomputing it; a prefetch hint brings it back before the
+ * prompt; a disk that fills up degrades to recomputation, not to wrong
+ * tokens or a stuck engine.
+ *
+ * Usage: test_swap MODEL_DIR   (exit 77 when the directory is missing)
+ * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "engine/engine.h"
+#include "engine_testutil.h"
+
+static const char *model_dir;
+static char disk_dir[256];          /* a temporary directory for the disk tier */
+static uint64_t block_bytes;        /* K and V of one block, all layers */
+
+#define SESSIONS 4
+#define MAX_TOKENS 14
+static const int prompt_len[SESSIONS] = { 50, 7, 83, 30 };
+
+struct tiers {
+	int blocks;                 /* device blocks */
+	uint64_t host_blocks;       /* 0: no host tier */
+	uint64_t disk_blocks;       /* 0: no disk tier */
+	const char *dir;            /* of the disk tier */
+};
+
+static struct atlas_engine *open_engine(int max_batch, int chunk, const struct tiers *t)
+{
+	struct atlas_config c;
+	atlas_config_defaults(&c);
+	snprintf(c.model, sizeof c.model, "%s", model_dir);
+	const char *backend = getenv("ATLAS_TEST_BACKEND");
+	snprintf(c.backend, sizeof c.backend, "%s", backend ? backend : "cpu");
+	c.max_batch = max_batch;
+	c.chunk_size = chunk;
+	c.kv_memory = block_bytes ? (uint64_t)t->blocks * block_bytes : 8u << 20;
+	c.kv_host_memory = t->host_blocks * ((block_bytes + 4095) / 4096 * 4096);
+	c.kv_disk_memory = t->disk_blocks * block_bytes;
+	snprintf(c.kv_dir, sizeof c.kv_dir, "%s", t->disk_blocks ? t->dir : "");
+	c.context = 256;
+	c.threads = 2;
+	c.temperature = 0;
+	c.mode = ATLAS_MODE_RAW;
+	struct atlas_engine *e;
+	char err[ATLAS_ERRLEN];
+	if (atlas_engine_open(&c, &e, err, sizeof err))
+		fail_msg("atlas_engine_open: %s", err);
+	atlas_engine_set_notify(e, et_on_notify, NULL);
+	return e;
+}
+
+static void prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
+struct run {
+	int32_t ids[SESSIONS][2][MAX_TOKENS];   /* turn 1 and turn 2 of each session */
+	uint64_t swap_out, swap_in, host_peak, errors, drops;
+};
+
+static void collect(struct atlas_session *s, uint64_t turn, int32_t *out)
+{
+	int32_t *prompt, *gen;
+	size_t np, ng;
+	assert_int_equal(atlas_session_turn_tokens(s, turn, &prompt, &np, &gen, &ng), 0);
+	assert_int_equal(ng, MAX_TOKENS);
+	memcpy(out, gen, sizeof(int32_t) * MAX_TOKENS);
+	free(prompt);
+	free(gen);
+}
+
+/* SESSIONS sessions, two turns each: the first turns all at once, the
+ * second turns one after another, so that each session's KV has been pushed
+ * out by the others in between. */
+static void run_sessions(struct atlas_engine *e, struct run *out)
+{
+	struct atlas_session *s[SESSIONS];
+	char err[ATLAS_ERRLEN], name[16];
+	const int vocab = atlas_engine_vocab_size(e);
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	for (int i = 0; i < SESSIONS; i++) {
+		snprintf(name, sizeof name, "w%d", i);
+		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
+		et_set(s[i], "ignore_eos", "1");
+		et_set(s[i], "max_tokens", "14");
+	}
+	for (int i = 0; i < SESSIONS; i++) {
+		int32_t ids[128];
+		prompt_ids(ids, prompt_len[i], 300u + (uint32_t)i, vocab);
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
+							     sizeof err), 1);
+	}
+	out->host_peak = 0;
+	for (int i = 0; i < SESSIONS; i++) {
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
+		collect(s[i], 1, out->ids[i][0]);
+	}
+	for (int i = 0; i < SESSIONS; i++) {
+		int32_t ids[16];
+		prompt_ids(ids, 11, 900u + (uint32_t)i, vocab);
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, 11, err, sizeof err), 2);
+		assert_int_equal(et_wait_turn(s[i], 2, NULL, 0, 0), 0);
+		collect(s[i], 2, out->ids[i][1]);
+		atlas_engine_stats(e, st);
+		if (st->kv.blocks_used[ATLAS_TIER_HOST] + st->kv.blocks_used[ATLAS_TIER_DISK] >
+		    out->host_peak)
+			out->host_peak = st->kv.blocks_used[ATLAS_TIER_HOST] +
+					 st->kv.blocks_used[ATLAS_TIER_DISK];
+	}
+	atlas_engine_stats(e, st);
+	out->swap_out = st->kv.swap_out_ops_total;
+	out->swap_in = st->kv.swap_in_ops_total;
+	out->errors = st->kv.swap_errors_total;
+	out->drops = st->kv.swap_drops_total;
+	for (int i = 0; i < SESSIONS; i++)
+		atlas_session_close(s[i]);
+	free(st);
+}
+
+static struct run reference;
+
+static void assert_same(const struct run *a, const struct run *b, const char *what)
+{
+	for (int i = 0; i < SESSIONS; i++)
+		for (int t = 0; t < 2; t++)
+			for (int k = 0; k < MAX_TOKENS; k++)
+				if (a->ids[i][t][k] != b->ids[i][t][k])
+					fail_msg("%s: session %d turn %d token %d: %d vs %d", what, i,
+						 t + 1, k, a->ids[i][t][k], b->ids[i][t][k]);
+}
+
+/* The reference: a pool that holds everything, no swap tier. */
+static void test_reference(void **state)
+{
+	const struct tiers none = { .blocks = 0 };
+	struct atlas_engine *e = open_engine(4, 64, &none);
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	block_bytes = st->kv.bytes_per_block;
+	free(st);
+	run_sessions(e, &reference);
+	assert_int_equal(reference.swap_out, 0);
+	atlas_engine_close(e);
+}
+
+/* Every session alone needs up to 8 blocks (83 + 14 + 11 + 14 tokens of 16);
+ * 10 device blocks hold one or two of them. */
+static void test_host_tier_is_exact(void **state)
+{
+	static const int chunks[] = { 7, 64 };
+	static const int batches[] = { 1, 4 };
+	const struct tiers host = { .blocks = 10, .host_blocks = 64 };
+	for (size_t b = 0; b < ATLAS_ARRAY_LEN(batches); b++)
+		for (size_t c = 0; c < ATLAS_ARRAY_LEN(chunks); c++) {
+			struct run r;
+			struct atlas_engine *e = open_engine(batches[b], chunks[c], &host);
+			run_sessions(e, &r);
+			atlas_engine_close(e);
+			printf("host tier, batch %d, chunk %d: %llu blocks out, %llu in\n",
+			       batches[b], chunks[c], (unsigned long long)r.swap_out,
+			       (unsigned long long)r.swap_in);
+			assert_same(&r, &reference, "host tier vs none");
+			assert_true(r.swap_out > 0 && r.swap_in > 0);
+			assert_int_equal(r.errors, 0);
+			assert_int_equal(r.drops, 0);
+		}
+}
+
+/* A host tier of 4 blocks and a disk tier behind it: blocks go through
+ * staging to disk and come back from it. */
+static void test_disk_tier_is_exact(void **state)
+{
+	const struct tiers disk = { .blocks = 10, .host_blocks = 4, .disk_blocks = 64,
+				    .dir = disk_dir };
+	struct run r;
+	struct atlas_engine *e = open_engine(4, 16, &disk);
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	assert_true(st->kv.blocks_total[ATLAS_TIER_DISK] >= 64);
+	run_sessions(e, &r);
+	atlas_engine_stats(e, st);
+	printf("disk tier: %llu blocks out, %llu in, read p50 %.1f us, p99 %.1f us\n",
+	       (unsigned long long)r.swap_out, (unsigned long long)r.swap_in,
+	       st->kv.read_latency_p50_s * 1e6, st->kv.read_latency_p99_s * 1e6);
+	assert_true(st->kv.read_latency_p99_s > 0);
+	free(st);
+	atlas_engine_close(e);
+	assert_same(&r, &reference, "disk tier vs none");
+	assert_true(r.host_peak > 4);   /* more than the host tier held: disk was used */
+}
+
+/* A session parked between turns continues on its KV: its second turn
+ * computes only its new tokens. A prefetch hint brings the KV back first. */
+static void test_parked_session_resumes_without_recompute(void **state)
+{
+	const struct tiers host = { .blocks = 10, .host_blocks = 64 };
+	struct atlas_engine *e = open_engine(2, 64, &host);
+	const int vocab = atlas_engine_vocab_size(e);
+	char err[ATLAS_ERRLEN];
+	struct atlas_session *a, *b;
+	int32_t pa[80], pb[100], more[9];
+	prompt_ids(pa, 80, 1, vocab);
+	prompt_ids(pb, 100, 2, vocab);
+	prompt_ids(more, 9, 3, vocab);
+	assert_int_equal(atlas_session_open(e, "a", &a, err, sizeof err), 0);
+	assert_int_equal(atlas_session_open(e, "b", &b, err, sizeof err), 0);
+	et_set(a, "max_tokens", "6");
+	et_set(b, "max_tokens", "6");
+	assert_int_equal(atlas_session_submit_tokens(a, pa, 80, err, sizeof err), 1);
+	assert_int_equal(et_wait_turn(a, 1, NULL, 0, 0), 0);
+	/* b's 106 tokens need 7 blocks: a's 6 go to the host tier. */
+	assert_int_equal(atlas_session_submit_tokens(b, pb, 100, err, sizeof err), 1);
+	assert_int_equal(et_wait_turn(b, 1, NULL, 0, 0), 0);
+	struct atlas_session_status sa;
+	atlas_session_status(a, &sa);
+	assert_true(sa.kv_blocks[ATLAS_TIER_HOST] > 0);
+	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HOST] + sa.kv_blocks[ATLAS_TIER_HBM], 6);
+
+	/* The hint: a's KV comes back once b's is out of the way. */
+	atlas_session_close(b);
+	atlas_session_prefetch(a);
+	for (int i = 0; i < 2000; i++) {
+		atlas_session_status(a, &sa);
+		if (!sa.kv_blocks[ATLAS_TIER_HOST])
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HOST], 0);
+	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HBM], 6);
+
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	const uint64_t before = st->step_tokens_total;
+	assert_int_equal(atlas_session_submit_tokens(a, more, 9, err, sizeof err), 2);
+	assert_int_equal(et_wait_turn(a, 2, NULL, 0, 0), 0);
+	atlas_engine_stats(e, st);
+	assert_int_equal(st->kv.prefetch_hits_total, 1);
+	assert_int_equal(st->kv.prefetch_misses_total, 0);
+	/* The last token of turn 1, the 9 new ones and 5 decode steps. */
+	assert_int_equal(st->step_tokens_total - before, 1 + 9 + 5);
+	free(st);
+	atlas_session_close(a);
+	atlas_engine_close(e);
+}
+
+/* A disk that fills up: writes that fail keep their blocks where they
+ * were, the sessions that could not park recompute, and every token is
+ * still the reference's. */
+static void test_full_disk_degrades_to_recompute(void **state)
+{
+	char small[300];
+	snprintf(small, sizeof small, "%s/small", disk_dir);
+	if (mkdir(small, 0700) != 0 || mount("tmpfs", small, "tmpfs", 0, "size=64k") != 0) {
+		printf("skip: cannot mount a small tmpfs here (%s)\n", strerror(errno));
+		rmdir(small);
+		skip();
+	}
+	const struct tiers disk = { .blocks = 10, .host_blocks = 2, .disk_blocks = 256,
+				    .dir = small };
+	struct run r;
+	struct atlas_engine *e = open_engine(4, 16, &disk);
+	run_sessions(e, &r);
+	atlas_engine_close(e);
+	umount(small);
+	rmdir(small);
+	printf("full disk: %llu blocks out, %llu in, %llu failed writes, %llu drops\n",
+	       (unsigned long long)r.swap_out, (unsigned long long)r.swap_in,
+	       (unsigned long long)r.errors, (unsigned long long)r.drops);
+	assert_true(r.errors > 0 && r.drops > 0);
+	assert_same(&r, &reference, "a full disk vs none");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: test_swap MODEL_DIR\n");
+		return 1;
+	}
+	model_dir = argv[1];
+	struct stat sb;
+	if (stat(model_dir, &sb) != 0) {
+		printf("skip: %s is missing (tools/check.sh makes it)\n", model_dir);
+		return 77;
+	}
+	const char *build = getenv("ATLAS_BUILD_ROOT");
+	snprintf(disk_dir, sizeof disk_dir, "%s/swap-XXXXXX", build ? build : "/tmp");
+	if (!mkdtemp(disk_dir)) {
+		perror(disk_dir);
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reference),
+		cmocka_unit_test(test_host_tier_is_exact),
+		cmocka_unit_test(test_disk_tier_is_exact),
+		cmocka_unit_test(test_parked_session_resumes_without_recompute),
+		cmocka_unit_test(test_full_disk_degrades_to_recompute),
+	};
+	int rc = cmocka_run_group_tests_name("swap", tests, NULL, NULL);
+	rmdir(disk_dir);
+	return rc;
+}
