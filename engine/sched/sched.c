@@ -291,7 +291,8 @@ static int try_room(struct sched *s, struct sched_req *r, int upto)
 
 /* Give r what try_room asks for, freeing device blocks of others as it must:
  * idle requests' first, then the newest running request's. A request whose
- * blocks, or the blocks it waits for, are still moving sits this step out. */
+ * blocks are still moving, or that would need blocks moves still hold,
+ * sits this step out. */
 static enum room reserve(struct sched *s, struct sched_req *r, int upto)
 {
 	int rc;
@@ -305,7 +306,9 @@ static enum room reserve(struct sched *s, struct sched_req *r, int upto)
 			break;
 		if (seq_pool_poll(s->pool) > 0)
 			continue;
-		if (s->pool->dev_freeing > 0) {
+		/* Moves in flight end by themselves: blocks on their way out free
+		 * device memory, blocks on their way in become evictable. */
+		if (s->pool->n_active > 0) {
 			s->deferrals++;
 			return ROOM_WAIT;
 		}

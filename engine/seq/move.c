@@ -193,6 +193,8 @@ static void end_keeping_source(struct seq_pool *p, struct seq_move *m, int rc)
 	if (m->seq && rc) {
 		m->seq->move_error = rc;
 		p->swap.errors++;
+		log_warn("kv: moving a block %s failed (%s); it stays where it was",
+			 m->up ? "back to the device" : "out of the device", strerror(-rc));
 	}
 	settle(p, m, -1, 0);
 }

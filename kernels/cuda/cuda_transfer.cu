@@ -16,6 +16,7 @@
  * cudaEventQuery, which never waits.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
@@ -43,12 +44,24 @@ void cuda_transfer_close(struct cuda_backend *cu)
 		CU_WARN(cudaStreamDestroy(cu->copy_stream));
 }
 
+/* Ordinary memory, aligned as O_DIRECT wants, then pinned: cudaHostAlloc
+ * hands out small sizes from a pool at no particular alignment, and memory
+ * of its own may not register with io_uring. */
 int cuda_host_alloc(struct kt_backend *be, size_t bytes, void **out)
 {
 	struct cuda_backend *cu = cu_of(be);
-	/* cudaHostAlloc returns page-aligned memory: KT_HOST_ALIGN or better. */
-	CU_CHECK(cu_enter(cu));
-	CU_CHECK(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable));
+	const size_t n = ((bytes ? bytes : 1) + KT_HOST_ALIGN - 1) / KT_HOST_ALIGN * KT_HOST_ALIGN;
+	void *p = NULL;
+	if (posix_memalign(&p, KT_HOST_ALIGN, n))
+		return -ENOMEM;
+	cudaError_t e = cu_enter(cu);
+	if (!e)
+		e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+	if (e) {
+		free(p);
+		return cuda_fail(e, "cudaHostRegister", __FILE__, __LINE__);
+	}
+	*out = p;
 	return 0;
 }
 
@@ -56,7 +69,8 @@ void cuda_host_free(struct kt_backend *be, void *p)
 {
 	struct cuda_backend *cu = cu_of(be);
 	CU_WARN(cu_enter(cu));
-	CU_WARN(cudaFreeHost(p));
+	CU_WARN(cudaHostUnregister(p));
+	free(p);
 }
 
 int cuda_copy_async(struct kt_backend *be, void *host, const struct kt_tensor *t, size_t off,
