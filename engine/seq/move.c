@@ -410,12 +410,16 @@ int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens)
 	}
 	if (!need)
 		return moving;
-	if (need > p->kv.n_free || need > p->n_free_moves)
+	if (need > p->kv.n_free)
 		return -ENOSPC;
-	for (int b = 0; b < n && b < s->n_blocks; b++) {
+	/* More blocks than moves can be in flight: the rest start in a later
+	 * call, once some of these have ended. */
+	int start = ATLAS_MIN(need, p->n_free_moves);
+	for (int b = 0; b < n && b < s->n_blocks && start > 0; b++) {
 		struct kv_ref *r = &s->blocks[b];
 		if (r->moving || r->tier == KV_TIER_DEVICE)
 			continue;
+		start--;
 		struct seq_move *m = move_new(p, s, b, true);
 		m->dev = kv_block_alloc(&p->kv);
 		if (r->tier == KV_TIER_HOST) {

@@ -176,9 +176,11 @@ int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir
 int seq_park(struct seq_pool *p, struct seq *s);
 /* Start writing s's blocks in host slots to disk; returns the number started. */
 int seq_demote(struct seq_pool *p, struct seq *s);
-/* Bring the blocks holding positions [0, n_tokens) to the device: all the
- * device blocks they need are taken now or none is (-ENOSPC). Returns 0 when
- * every one is resident, else the number still on their way. */
+/* Bring the blocks holding positions [0, n_tokens) to the device: -ENOSPC
+ * when the device has not room for all that are elsewhere (nothing starts
+ * then); else their moves start, as many as can be in flight (the rest at a
+ * later call). Returns 0 when every one is resident, else the number still
+ * on their way or waiting to start. */
 int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens);
 /* Whether the blocks holding positions [0, n_tokens) are all on the
  * device, none of them moving. */

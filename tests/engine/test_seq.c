@@ -361,6 +361,63 @@ static void test_attention_only_truncate_needs_no_snapshot(void **state)
 	seq_pool_free(&p);
 }
 
+/* A sequence longer than the moves that can be in flight at once goes to
+ * the host tier and comes back in waves, every block's data intact, and a
+ * restore that the device has no room for starts nothing. */
+static void test_park_and_restore_in_waves(void **state)
+{
+	enum { N = 1300 };
+	struct seq_pool p;
+	char err[ATLAS_ERRLEN];
+	pool(&p, N + 10, false, 0);
+	assert_int_equal(seq_pool_tiers(&p, (uint64_t)(N + 10) * 4096, NULL, 0, NULL, NULL, err,
+					sizeof err), 0);
+	struct seq a;
+	seq_init(&a);
+	assert_int_equal(seq_reserve(&p, &a, N * BLOCK), 0);
+	seq_commit(&a, N * BLOCK);
+	for (int b = 0; b < N; b++)
+		fill_block(&p, (int)a.blocks[b].index, (float)(b * 1000));
+	/* Out: a call starts as many moves as can be in flight (on the cpu each
+	 * ends at once, making room for the next). */
+	int calls = 0;
+	while (seq_resident(&p, &a, 1) || a.n_moving) {
+		seq_park(&p, &a);
+		seq_pool_poll(&p);
+		calls++;
+		assert_true(calls < 10);
+	}
+	uint32_t c[KV_TIERS];
+	seq_count(&a, c);
+	assert_int_equal(c[KV_TIER_HOST], N);
+	assert_int_equal(p.kv.n_free, N + 10);
+	/* No room on the device for all of it: nothing starts. */
+	struct seq hog;
+	seq_init(&hog);
+	assert_int_equal(seq_reserve(&p, &hog, 20 * BLOCK), 0);
+	assert_int_equal(seq_restore(&p, &a, N * BLOCK), -ENOSPC);
+	seq_count(&a, c);
+	assert_int_equal(c[KV_TIER_HOST], N);
+	seq_free(&p, &hog);
+	/* Back: in waves, onto other device blocks, the data as it was. */
+	calls = 0;
+	int left;
+	while ((left = seq_restore(&p, &a, N * BLOCK)) > 0) {
+		seq_pool_poll(&p);
+		assert_true(++calls < 10);
+	}
+	assert_int_equal(left, 0);
+	assert_true(calls >= 1);        /* more than one wave */
+	assert_true(seq_resident(&p, &a, N * BLOCK));
+	for (int b = 0; b < N; b++)
+		assert_block(&p, (int)a.blocks[b].index, (float)(b * 1000));
+	assert_int_equal(p.swap.out_ops, N);
+	assert_int_equal(p.swap.in_ops, N);
+	seq_free(&p, &a);
+	assert_int_equal(p.host.n_free, p.host.n_blocks);
+	seq_pool_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +428,7 @@ int main(void)
 		cmocka_unit_test(test_truncate_into_shared_block_copies_on_write),
 		cmocka_unit_test(test_recurrent_state_snapshot_and_rollback),
 		cmocka_unit_test(test_attention_only_truncate_needs_no_snapshot),
+		cmocka_unit_test(test_park_and_restore_in_waves),
 	};
 	return cmocka_run_group_tests_name("seq", tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/clock.h"
@@ -44,13 +45,19 @@ static const char usage[] =
 	"  --context-batch B,...\n"
 	"                      decode batch sizes at the long context (default\n"
 	"                      1,8,32,64,128; those whose KV does not fit are skipped)\n"
+	"  --resume N,...      the swap tier: a session of N tokens is pushed out of the\n"
+	"                      device's KV pool by a second one, then its next turn brings\n"
+	"                      its KV back: resume (time to that turn's first token, from\n"
+	"                      the tier named) beside prefill (recomputing the N tokens).\n"
+	"                      Needs kv_memory holding N to `context` tokens and a\n"
+	"                      [swap] tier; runs only these rows\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
 
 enum {
 	OPT_PROMPT_TOKENS = OPT_FIRST_OWN, OPT_GEN_TOKENS, OPT_BATCH, OPT_CSV, OPT_DUMMY, OPT_ARCH,
-	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT,
+	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT, OPT_RESUME,
 };
 
 static const struct option options[] = {
@@ -65,6 +72,7 @@ static const struct option options[] = {
 	{ "shape", required_argument, NULL, OPT_SHAPE },
 	{ "csv", no_argument, NULL, OPT_CSV },
 	{ "csv-out", required_argument, NULL, OPT_CSV_OUT },
+	{ "resume", required_argument, NULL, OPT_RESUME },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -75,6 +83,7 @@ struct bench {
 	int n_prompts, prompts[MAX_POINTS];
 	int n_batches, batches[MAX_POINTS];
 	int n_long_batches, long_batches[MAX_POINTS];
+	int n_resumes, resumes[MAX_POINTS];  /* --resume: contexts of the swap rows */
 	int long_context;
 	int gen_tokens;
 	bool csv, dummy;
@@ -162,6 +171,10 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 			break;
 		case OPT_CSV_OUT:
 			b->csv_path = optarg;
+			break;
+		case OPT_RESUME:
+			status = parse_list(argv[0], "--resume", optarg, 1, 1 << 24, b->resumes,
+					    &b->n_resumes);
 			break;
 		}
 	}
@@ -338,6 +351,74 @@ static int decode(struct bench *b, int batch, int context, struct bench_result *
 	return status;
 }
 
+/* The tier most of s's KV blocks are in, once they have left the device
+ * (their moves out run in the background; a minute at most). */
+static const char *tier_of(struct atlas_session *s)
+{
+	struct atlas_session_status st;
+	double t0 = atlas_now_s();
+	do {
+		atlas_session_status(s, &st);
+	} while (st.kv_blocks[ATLAS_TIER_HBM] && atlas_now_s() - t0 < 60 && !usleep(1000));
+	int best = 0;
+	for (int t = 1; t < ATLAS_TIERS; t++)
+		if (st.kv_blocks[t] > st.kv_blocks[best])
+			best = t;
+	static const char *const names[ATLAS_TIERS] = { "resume-device", "resume-host",
+							"resume-disk" };
+	return names[best];
+}
+
+/* Session a prefills n tokens (the recompute row), session b prefills
+ * nearly the whole pool, pushing a's KV out of it, then a's next turn
+ * brings it back (the resume row: the time to that turn's first token). */
+static int resume(struct bench *b, int n, struct bench_result *pre, struct bench_result *res)
+{
+	struct atlas_session *s[2] = { NULL, NULL };
+	struct progress pr;
+	*pre = (struct bench_result){ .test = "prefill", .batch = 1, .context = n };
+	*res = (struct bench_result){ .test = "resume", .batch = 1, .context = n };
+	/* b's prompt takes the whole pool but two blocks: every block of a's
+	 * but those must go. */
+	const uint64_t pool = b->kv_blocks * b->block_size;
+	const int64_t push = (int64_t)pool - 2 * (int64_t)b->block_size;
+	if ((uint64_t)n + 2 > pool || n + 2 > b->context || push < 1 || push + 2 > b->context) {
+		pre->skipped = res->skipped = true;
+		pre->why = res->why = "needs a KV pool of n to `context` tokens";
+		return 0;
+	}
+	int status = open_sessions(b, s, 2);
+	if (!status)
+		status = submit(b, s, 1, n, 1);
+	if (!status)
+		status = wait_turns(b, s, 1, &pr);
+	if (!status) {
+		struct atlas_session_status st;
+		atlas_session_status(s[0], &st);
+		pre->tokens = st.prompt_tokens;
+		pre->seconds = st.ttft_s;
+		status = submit(b, s + 1, 1, (int)push, 1);
+	}
+	if (!status)
+		status = wait_turns(b, s + 1, 1, &pr);
+	if (!status) {
+		atlas_session_close(s[1]);
+		s[1] = NULL;
+		res->test = tier_of(s[0]);
+		status = submit(b, s, 1, 1, 1);
+	}
+	if (!status)
+		status = wait_turns(b, s, 1, &pr);
+	if (!status) {
+		struct atlas_session_status st;
+		atlas_session_status(s[0], &st);
+		res->tokens = (uint64_t)n;
+		res->seconds = st.ttft_s;
+	}
+	close_sessions(s, 2);
+	return status;
+}
+
 static int run(struct bench *b)
 {
 	struct bench_result r;
@@ -359,6 +440,15 @@ static int run(struct bench *b)
 	int status = decode(b, 1, SHORT_CONTEXT, &r);
 	if (!status)
 		bench_print_header(b->e, &b->bound, b->table, b->csv_file);
+	for (int i = 0; !status && i < b->n_resumes; i++) {
+		struct bench_result pre;
+		if (!(status = resume(b, b->resumes[i], &pre, &r))) {
+			bench_print_result(&pre, &b->bound, b->gen_tokens, b->table, b->csv_file);
+			bench_print_result(&r, &b->bound, b->gen_tokens, b->table, b->csv_file);
+		}
+	}
+	if (b->n_resumes)
+		return status;
 	for (int i = 0; !status && i < b->n_prompts; i++)
 		if (!(status = prefill(b, b->prompts[i], &r)))
 			bench_print_result(&r, &b->bound, b->gen_tokens, b->table, b->csv_file);
