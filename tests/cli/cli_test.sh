@@ -118,6 +118,12 @@ case_bench() {
 	[ "$(wc -l <"$tmp/bench.csv")" = 7 ] || fail "bench: CSV has not 7 lines: $(cat "$tmp/bench.csv")"
 	grep -qE '^decode,1,200,5,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+$' "$tmp/bench.csv" ||
 		fail "bench: no long-context decode CSV row: $(cat "$tmp/bench.csv")"
+	# The swap tier: a session pushed out to the host tier and resumed.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \
+		-o kv_host_memory=16M -o context=1024 --resume 300
+	grep -qE '^prefill +1 +300 +300 ' "$tmp/out" || fail "bench --resume: no prefill row"
+	grep -qE '^resume-host +1 +300 +300 ' "$tmp/out" ||
+		fail "bench --resume: no resume row from the host tier: $(cat "$tmp/out")"
 	expect_error 1 bench --dummy-weights --shape 9b $quiet
 	grep -q "no shape called 'qwen3-9b' (known: qwen3-0.6b" "$tmp/err" ||
 		fail "bench: unknown shape message: $(cat "$tmp/err")"
