@@ -59,6 +59,14 @@ void et_set(struct atlas_session *s, const char *key, const char *value)
 	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), 0);
 }
 
+void et_prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
 struct kt_backend *et_cpu(void)
 {
 	static struct kt_backend *be;

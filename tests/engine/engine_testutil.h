@@ -18,6 +18,8 @@ void et_on_notify(void *ctx, struct atlas_session *s);
 int et_wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap, size_t until);
 /* Set one session setting from its text form; fails the test on error. */
 void et_set(struct atlas_session *s, const char *key, const char *value);
+/* n pseudo-random token ids below vocab, the same for the same seed. */
+void et_prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab);
 /* A cpu backend (one thread, small limits), opened once per process. */
 struct kt_backend *et_cpu(void);
 

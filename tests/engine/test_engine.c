@@ -50,14 +50,6 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_me
 	return e;
 }
 
-static void prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
-{
-	for (int i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
-	}
-}
-
 struct gen {
 	int32_t *ids;
 	size_t n;
@@ -103,7 +95,7 @@ static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
 	}
 	for (int i = 0; i < N_PROMPTS; i++) {
 		int32_t ids[128];
-		prompt_ids(ids, prompt_len[i], 1000u + (uint32_t)i, vocab);
+		et_prompt_ids(ids, prompt_len[i], 1000u + (uint32_t)i, vocab);
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
 							     sizeof err), 1);
 	}
@@ -230,7 +222,7 @@ static void test_logits_independent_of_chunking(void **state)
 	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
 	int vocab = atlas_engine_vocab_size(e);
 	int32_t ids[70];
-	prompt_ids(ids, 70, 77, vocab);
+	et_prompt_ids(ids, 70, 77, vocab);
 	float *a = malloc(sizeof(float) * 70 * (size_t)vocab);
 	float *b = malloc(sizeof(float) * 70 * (size_t)vocab);
 	char err[ATLAS_ERRLEN];
@@ -265,8 +257,8 @@ static void test_second_turn_continues_on_kv(void **state)
 	int vocab = atlas_engine_vocab_size(e);
 	char err[ATLAS_ERRLEN];
 	int32_t p1[40], p2[9];
-	prompt_ids(p1, 40, 5, vocab);
-	prompt_ids(p2, 9, 6, vocab);
+	et_prompt_ids(p1, 40, 5, vocab);
+	et_prompt_ids(p2, 9, 6, vocab);
 
 	struct atlas_session *s;
 	assert_int_equal(atlas_session_open(e, "multi", &s, err, sizeof err), 0);

@@ -67,14 +67,6 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 	return e;
 }
 
-static void prompt_ids(int32_t *ids, int n, uint32_t seed, int vocab)
-{
-	for (int i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
-	}
-}
-
 struct run {
 	int32_t ids[SESSIONS][2][MAX_TOKENS];   /* turn 1 and turn 2 of each session */
 	uint64_t swap_out, swap_in, host_peak, errors, drops;
@@ -108,7 +100,7 @@ static void run_sessions(struct atlas_engine *e, struct run *out)
 	}
 	for (int i = 0; i < SESSIONS; i++) {
 		int32_t ids[128];
-		prompt_ids(ids, prompt_len[i], 300u + (uint32_t)i, vocab);
+		et_prompt_ids(ids, prompt_len[i], 300u + (uint32_t)i, vocab);
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
 							     sizeof err), 1);
 	}
@@ -119,7 +111,7 @@ static void run_sessions(struct atlas_engine *e, struct run *out)
 	}
 	for (int i = 0; i < SESSIONS; i++) {
 		int32_t ids[16];
-		prompt_ids(ids, 11, 900u + (uint32_t)i, vocab);
+		et_prompt_ids(ids, 11, 900u + (uint32_t)i, vocab);
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, 11, err, sizeof err), 2);
 		assert_int_equal(et_wait_turn(s[i], 2, NULL, 0, 0), 0);
 		collect(s[i], 2, out->ids[i][1]);
@@ -224,9 +216,9 @@ static void test_parked_session_resumes_without_recompute(void **state)
 	char err[ATLAS_ERRLEN];
 	struct atlas_session *a, *b;
 	int32_t pa[80], pb[100], more[9];
-	prompt_ids(pa, 80, 1, vocab);
-	prompt_ids(pb, 100, 2, vocab);
-	prompt_ids(more, 9, 3, vocab);
+	et_prompt_ids(pa, 80, 1, vocab);
+	et_prompt_ids(pb, 100, 2, vocab);
+	et_prompt_ids(more, 9, 3, vocab);
 	assert_int_equal(atlas_session_open(e, "a", &a, err, sizeof err), 0);
 	assert_int_equal(atlas_session_open(e, "b", &b, err, sizeof err), 0);
 	et_set(a, "max_tokens", "6");

@@ -51,15 +51,38 @@ static void *host_build(struct op_run *r, const void *params, const struct op_ba
 	return v;
 }
 
-/* Down: every span into the host memory, the spans in reverse order of
- * their place so that offsets and order are both exercised; then up into
- * another tensor. */
+/* Copy every span between t and host (down to host, or up), in reverse
+ * order of their place going down so that offsets and order both count,
+ * retrying what the backend has no room for; then wait for the last. */
+static void copy_spans(struct op_run *r, const struct host_params *p, const struct op_backend *b,
+		       struct host_out *o, void *host, const struct kt_tensor *t, bool down,
+		       int *first_rc)
+{
+	uint64_t ticket = 0, last = 0;
+	for (int k = 0; k < p->spans; k++) {
+		const int i = down ? p->spans - 1 - k : k;
+		const size_t off = (size_t)i * (size_t)p->span_bytes;
+		int rc;
+		while ((rc = kt_copy_async(b->be, (char *)host + off, t, off, (size_t)p->span_bytes,
+					   down, &ticket)) == -EAGAIN) {
+			o->again++;
+			if (!o->rc_done && wait_copy(b, last) < 0)
+				o->rc_done = -EIO;
+		}
+		if (rc && !*first_rc)
+			*first_rc = rc;
+		last = ticket;
+	}
+	if (wait_copy(b, last) != 1 && !o->rc_done)
+		o->rc_done = -EIO;
+}
+
+/* Down into the host memory, then up into another tensor. */
 static void spans(struct op_run *r, const struct host_params *p, const float *in,
 		  const struct op_backend *b, struct host_out *o, void *host)
 {
 	const int64_t cols = (int64_t)p->spans * p->span_bytes / 4;
-	struct kt_tensor src = op_tensor(r, b, KT_F32, 1, cols, NULL), dst;
-	uint64_t t = 0, last = 0;
+	struct kt_tensor src = op_tensor(r, b, KT_F32, 1, cols, NULL);
 	if (p->kind == HOST_ORDERED) {
 		/* src gets its values from a kt_copy enqueued just before the
 		 * copies down: they must see its result. */
@@ -68,38 +91,10 @@ static void spans(struct op_run *r, const struct host_params *p, const float *in
 	} else {
 		op_set(r, b, &src, in);
 	}
-	for (int i = p->spans - 1; i >= 0; i--) {
-		const size_t off = (size_t)i * (size_t)p->span_bytes;
-		int rc;
-		while ((rc = kt_copy_async(b->be, (char *)host + off, &src, off,
-					   (size_t)p->span_bytes, true, &t)) == -EAGAIN) {
-			o->again++;
-			if (!o->rc_done && wait_copy(b, last) < 0)
-				o->rc_done = -EIO;
-		}
-		if (rc && !o->rc_down)
-			o->rc_down = rc;
-		last = t;
-	}
-	if (wait_copy(b, last) != 1 && !o->rc_done)
-		o->rc_done = -EIO;
+	copy_spans(r, p, b, o, host, &src, true, &o->rc_down);
 	memcpy(o->host, host, o->bytes);
-	dst = op_tensor(r, b, KT_F32, 1, cols, NULL);
-	for (int i = 0; i < p->spans; i++) {
-		const size_t off = (size_t)i * (size_t)p->span_bytes;
-		int rc;
-		while ((rc = kt_copy_async(b->be, (char *)host + off, &dst, off,
-					   (size_t)p->span_bytes, false, &t)) == -EAGAIN) {
-			o->again++;
-			if (!o->rc_done && wait_copy(b, last) < 0)
-				o->rc_done = -EIO;
-		}
-		if (rc && !o->rc_up)
-			o->rc_up = rc;
-		last = t;
-	}
-	if (wait_copy(b, last) != 1 && !o->rc_done)
-		o->rc_done = -EIO;
+	struct kt_tensor dst = op_tensor(r, b, KT_F32, 1, cols, NULL);
+	copy_spans(r, p, b, o, host, &dst, false, &o->rc_up);
 	op_ok(r, kt_download(b->be, o->back, &dst, 0, o->bytes), "kt_download");
 }
 
