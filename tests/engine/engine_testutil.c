@@ -2,6 +2,9 @@
 #include "engine_testutil.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <string.h>
@@ -9,6 +12,32 @@
 #include <cmocka.h>
 
 #include "common/err.h"
+
+int et_model_arg(int argc, char **argv, const char **dir)
+{
+	struct stat st;
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s MODEL_DIR\n", argv[0]);
+		return 1;
+	}
+	if (stat(argv[1], &st) != 0) {
+		printf("skip: %s is missing (tools/check.sh makes it)\n", argv[1]);
+		return 77;
+	}
+	*dir = argv[1];
+	return 0;
+}
+
+void et_config(struct atlas_config *c, const char *dir)
+{
+	const char *backend = getenv("ATLAS_TEST_BACKEND");
+	atlas_config_defaults(c);
+	snprintf(c->model, sizeof c->model, "%s", dir);
+	snprintf(c->backend, sizeof c->backend, "%s", backend ? backend : "cpu");
+	c->threads = 2;
+	c->temperature = 0;
+	c->mode = ATLAS_MODE_RAW;
+}
 
 /* Waiting for turns: the notify callback broadcasts a condition variable. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

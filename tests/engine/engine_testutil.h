@@ -10,6 +10,13 @@
 #include "engine/engine.h"
 #include "kernels/backend.h"
 
+/* The model directory of argv[1], or the status main must return: 1 for
+ * usage, 77 (skipped) when the directory is missing. */
+int et_model_arg(int argc, char **argv, const char **dir);
+/* The defaults with model dir, the backend of ATLAS_TEST_BACKEND (cpu when
+ * unset), two cpu threads, greedy, raw mode: what every engine test opens. */
+void et_config(struct atlas_config *c, const char *dir);
+
 /* The notify callback to install (atlas_engine_set_notify) before waiting. */
 void et_on_notify(void *ctx, struct atlas_session *s);
 /* Read turn `turn` until it ends, or with until > 0 until that many bytes

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -29,17 +28,11 @@ static bool graphs = true; /* cuda_graphs of the engines opened next */
 static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_memory)
 {
 	struct atlas_config c;
-	atlas_config_defaults(&c);
-	snprintf(c.model, sizeof c.model, "%s", model_dir);
-	const char *backend = getenv("ATLAS_TEST_BACKEND");
-	snprintf(c.backend, sizeof c.backend, "%s", backend ? backend : "cpu");
+	et_config(&c, model_dir);
 	c.max_batch = max_batch;
 	c.chunk_size = chunk;
 	c.kv_memory = kv_memory;
 	c.context = 512;
-	c.threads = 2;
-	c.temperature = 0;
-	c.mode = ATLAS_MODE_RAW;
 	c.cuda_graphs = graphs;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
@@ -414,12 +407,9 @@ static void test_session_names_and_limits(void **state)
 
 int main(int argc, char **argv)
 {
-	struct stat st;
-	if (argc < 2 || stat(argv[1], &st) != 0) {
-		printf("skip: model directory %s not found\n", argc > 1 ? argv[1] : "(none)");
-		return 77;
-	}
-	model_dir = argv[1];
+	int status = et_model_arg(argc, argv, &model_dir);
+	if (status)
+		return status;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_batch_of_one_is_the_reference),
 		cmocka_unit_test(test_batched_equals_alone),

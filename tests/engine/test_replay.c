@@ -79,15 +79,12 @@ static void record_step(void *ctx, const struct step_cmd *cmd, const struct step
 static struct atlas_config config(uint64_t kv_memory)
 {
 	struct atlas_config c;
-	atlas_config_defaults(&c);
-	snprintf(c.model, sizeof c.model, "%s", model_dir);
-	snprintf(c.backend, sizeof c.backend, "cpu");
+	et_config(&c, model_dir);
+	snprintf(c.backend, sizeof c.backend, "cpu");   /* bitwise: the cpu backend */
 	c.max_batch = 3;
 	c.chunk_size = 16;
 	c.kv_memory = kv_memory;
 	c.context = 256;
-	c.threads = 2;
-	c.mode = ATLAS_MODE_RAW;
 	return c;
 }
 
@@ -216,16 +213,9 @@ static void test_replay_is_bitwise(void **state)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: test_replay MODEL_DIR\n");
-		return 1;
-	}
-	model_dir = argv[1];
-	struct stat sb;
-	if (stat(model_dir, &sb) != 0) {
-		printf("skip: %s is missing (tools/check.sh makes it)\n", model_dir);
-		return 77;
-	}
+	int status = et_model_arg(argc, argv, &model_dir);
+	if (status)
+		return status;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay_is_bitwise),
 	};

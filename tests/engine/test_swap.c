@@ -45,10 +45,7 @@ struct tiers {
 static struct atlas_engine *open_engine(int max_batch, int chunk, const struct tiers *t)
 {
 	struct atlas_config c;
-	atlas_config_defaults(&c);
-	snprintf(c.model, sizeof c.model, "%s", model_dir);
-	const char *backend = getenv("ATLAS_TEST_BACKEND");
-	snprintf(c.backend, sizeof c.backend, "%s", backend ? backend : "cpu");
+	et_config(&c, model_dir);
 	c.max_batch = max_batch;
 	c.chunk_size = chunk;
 	c.kv_memory = block_bytes ? (uint64_t)t->blocks * block_bytes : 8u << 20;
@@ -56,9 +53,6 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 	c.kv_disk_memory = t->disk_blocks * block_bytes;
 	snprintf(c.kv_dir, sizeof c.kv_dir, "%s", t->disk_blocks ? t->dir : "");
 	c.context = 256;
-	c.threads = 2;
-	c.temperature = 0;
-	c.mode = ATLAS_MODE_RAW;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
 	if (atlas_engine_open(&c, &e, err, sizeof err))
@@ -292,16 +286,9 @@ static void test_full_disk_degrades_to_recompute(void **state)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: test_swap MODEL_DIR\n");
-		return 1;
-	}
-	model_dir = argv[1];
-	struct stat sb;
-	if (stat(model_dir, &sb) != 0) {
-		printf("skip: %s is missing (tools/check.sh makes it)\n", model_dir);
-		return 77;
-	}
+	int status = et_model_arg(argc, argv, &model_dir);
+	if (status)
+		return status;
 	const char *build = getenv("ATLAS_BUILD_ROOT");
 	snprintf(disk_dir, sizeof disk_dir, "%s/swap-XXXXXX", build ? build : "/tmp");
 	if (!mkdtemp(disk_dir)) {

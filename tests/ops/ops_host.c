@@ -40,6 +40,8 @@ struct host_out {
 	size_t bytes;
 	unsigned char *want, *host, *back;
 	int again;                  /* copies refused with -EAGAIN, then retried */
+	bool bounded;               /* the backend keeps fewer copies in flight than a HOST_MANY
+				     * case starts (cuda: CUDA_COPY_RING), so some must wait */
 };
 
 static void *host_build(struct op_run *r, const void *params, const struct op_backend *target)
@@ -110,6 +112,7 @@ static void *host_run(struct op_run *r, const void *params, const void *input,
 	o->back = op_alloc(r, o->bytes);
 	op_ok(r, kt_host_alloc(b->be, o->bytes, &host), "kt_host_alloc");
 	o->aligned = (uintptr_t)host % KT_HOST_ALIGN == 0;
+	o->bounded = !strcmp(b->kind, "cuda");
 	if (p->kind == HOST_REFUSALS) {
 		struct kt_tensor t = op_tensor(r, b, KT_F32, 1, (int64_t)(o->bytes / 4), NULL);
 		uint64_t ticket = 0;
@@ -143,8 +146,9 @@ static void host_check(struct op_run *r, const void *params, const void *input, 
 	op_check(r, !memcmp(g->host, g->want, g->bytes), "host memory holds the %d spans",
 		 p->spans);
 	op_check(r, !memcmp(g->back, g->want, g->bytes), "the tensor copied up holds them");
-	if (p->kind == HOST_MANY)
-		op_check(r, true, "%d copies waited for room", g->again);
+	if (p->kind == HOST_MANY && g->bounded)
+		op_check(r, g->again > 0, "copies past those in flight wait for room (%d did)",
+			 g->again);
 }
 
 static const struct op_family host = { host_build, host_run, host_check, true };
