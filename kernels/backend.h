@@ -148,6 +148,14 @@ struct kt_sample_row {
 	float u;         /* uniform random number in [0, 1) chosen by the caller */
 };
 
+/* The online-softmax state of attention over the parts of a context folded
+ * so far, per token and head: the running max m of the scores, the sum l of
+ * exp(score - m), and acc = sum of exp(score - m) * v. */
+struct kt_att_state {
+	struct kt_tensor acc;    /* [T, n_heads * D] f32 */
+	struct kt_tensor ml;     /* [T, n_heads * 2] f32: m, l of each head */
+};
+
 struct kt_device_info {
 	char name[128];          /* "cpu (2 threads, OpenBLAS)", "NVIDIA H100 80GB HBM3" */
 	char backend[16];        /* "cpu" or "cuda" */
@@ -217,6 +225,47 @@ struct kt_ops {
 			 const struct kt_tensor *q, const struct kt_tensor *kcache,
 			 const struct kt_tensor *vcache, const struct kt_batch *b, int n_heads,
 			 int n_kv_heads, int head_dim, float scale);
+	/* Attention over part of each token's context, for a context whose older
+	 * blocks are not on the device (DESIGN §8): the parts are folded one
+	 * after another, in position order, into an online-softmax state
+	 * (kt_att_state), which attention_finish turns into the output. A
+	 * backend computes attention() itself as one part and the finish, so
+	 * that splitting a context into parts at block boundaries changes
+	 * nothing (cpu: bitwise).
+	 *
+	 * attention_part: token t folds positions from[seq[t]] .. pos[t] of its
+	 * sequence, read through b's block table as attention does; from
+	 * [block_tables rows, 1] i32, multiples of block_size. first: st starts
+	 * empty, else it holds the parts before. */
+	int (*attention_part)(struct kt_backend *be, const struct kt_att_state *st,
+			      const struct kt_tensor *q, const struct kt_tensor *kcache,
+			      const struct kt_tensor *vcache, const struct kt_batch *b,
+			      const struct kt_tensor *from, int n_heads, int n_kv_heads, int head_dim,
+			      float scale, bool first);
+	/* attention_staged: token t folds rows span[t] = (row0, n) of ks and vs
+	 * [rows, n_kv * D] (a staging buffer that kv_stage filled: consecutive
+	 * positions, all before the token's own), block_size rows at a time from
+	 * row0; n 0 leaves its state as it was. span [T, 2] i32. */
+	int (*attention_staged)(struct kt_backend *be, const struct kt_att_state *st,
+				const struct kt_tensor *q, const struct kt_tensor *ks,
+				const struct kt_tensor *vs, const struct kt_tensor *span,
+				int block_size, int n_heads, int n_kv_heads, int head_dim, float scale,
+				bool first);
+	/* out = acc / l per head: the attention output of the folded parts.
+	 * out [T, n_heads * D] f32. */
+	int (*attention_finish)(struct kt_backend *be, const struct kt_tensor *out,
+				const struct kt_att_state *st, int n_heads, int head_dim);
+	/* Gather one layer's K (or V) rows of KV blocks into a staging buffer:
+	 * piece i is the `bytes` bytes at offset off of block src[i], written at
+	 * dst + i * bytes. src [n, 1] i32: an id >= 0 is a block of pool
+	 * (pool_block_bytes apart), an id < 0 the slot -1 - id of host memory
+	 * from host_alloc (host_slot_bytes apart, host_slots of them); host
+	 * memory is read where it is (cuda: over the bus, by the device).
+	 * Ordered like an op. */
+	int (*kv_stage)(struct kt_backend *be, const struct kt_tensor *dst,
+			const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
+			size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
+			size_t off, size_t bytes);
 	/* out = silu(gate) * up   all [T, I] f32 (out may be gate) */
 	int (*swiglu)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 		      const struct kt_tensor *up);
@@ -313,6 +362,26 @@ static inline int kt_attention(struct kt_backend *be, const struct kt_tensor *ou
 			       const struct kt_tensor *vc, const struct kt_batch *b, int n_heads,
 			       int n_kv_heads, int head_dim, float scale)
 { return KT_OP(attention, out, q, kc, vc, b, n_heads, n_kv_heads, head_dim, scale); }
+static inline int kt_attention_part(struct kt_backend *be, const struct kt_att_state *st,
+				    const struct kt_tensor *q, const struct kt_tensor *kc,
+				    const struct kt_tensor *vc, const struct kt_batch *b,
+				    const struct kt_tensor *from, int n_heads, int n_kv_heads,
+				    int head_dim, float scale, bool first)
+{ return KT_OP(attention_part, st, q, kc, vc, b, from, n_heads, n_kv_heads, head_dim, scale, first); }
+static inline int kt_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
+				      const struct kt_tensor *q, const struct kt_tensor *ks,
+				      const struct kt_tensor *vs, const struct kt_tensor *span,
+				      int block_size, int n_heads, int n_kv_heads, int head_dim,
+				      float scale, bool first)
+{ return KT_OP(attention_staged, st, q, ks, vs, span, block_size, n_heads, n_kv_heads, head_dim, scale, first); }
+static inline int kt_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
+				      const struct kt_att_state *st, int n_heads, int head_dim)
+{ return KT_OP(attention_finish, out, st, n_heads, head_dim); }
+static inline int kt_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
+			      const struct kt_tensor *pool, size_t pool_block_bytes,
+			      const void *host, size_t host_slot_bytes, int64_t host_slots,
+			      const struct kt_tensor *src, size_t off, size_t bytes)
+{ return KT_OP(kv_stage, dst, pool, pool_block_bytes, host, host_slot_bytes, host_slots, src, off, bytes); }
 static inline int kt_swiglu(struct kt_backend *be, const struct kt_tensor *out,
 			    const struct kt_tensor *gate, const struct kt_tensor *up)
 { return KT_OP(swiglu, out, gate, up); }

@@ -7,13 +7,23 @@
  * [T, n_heads * D]; head h reads kv head h / (n_heads / n_kv).
  *
  * A work item is one token and up to CPU_ATT_HEADS query heads of one GQA
- * group: each key and value row is loaded once for all of them. Two passes in
- * f32: scores for positions 0..pos[t] (4 key rows at a time) into the
- * worker's scratch, softmax with the max subtracted (sums in double), then
- * the weighted sum of value rows into scratch accumulators, divided by the
- * sum at the end. q is read whole before out is written, so out may be q.
- * A token's result depends only on its own q, position and sequence, never
- * on the rest of the batch (DESIGN §4.1).
+ * group: each key and value row is loaded once for all of them. The keys go
+ * a block (block_size positions) at a time, in position order, through an
+ * online softmax in f32: scores of the block (4 key rows at a time) into the
+ * worker's scratch; the running max m rises to the block's, the sum l and
+ * the accumulator acc are scaled by exp(m_old - m_new); the block's
+ * exp(score - m) are added to l and, weighting its value rows, to acc. The
+ * output is acc * (1 / l). q is read whole before out is written, so out
+ * may be q. A token's result depends only on its own q, position and
+ * sequence, never on the rest of the batch (DESIGN §4.1).
+ *
+ * attention is the fold of positions 0..pos[t] and the finish; the parts
+ * ops (backend.h) run the same fold over part of the positions and keep
+ * (m, l, acc) in a state tensor between calls. Since every part starts at a
+ * block boundary, splitting a context into parts folds the same blocks in
+ * the same order with the same arithmetic: the result is bitwise that of
+ * one attention call, which is what makes a context streamed through
+ * staging (the swap tier) give the same tokens as one on the device.
  *
  * Threads: kv_store splits tokens, attention the work items (dynamic
  * schedule: causal rows differ in length) over the OpenMP team.
@@ -171,135 +181,330 @@ CPU_INLINE void accumulate_rows(const int nr, float *acc, const float *v, int64_
 			acc[d] += wts[r] * v[r * ldv + d];
 }
 
-/* One work item: token t, query heads h0 .. h0 + nh - 1 of kv head kvh. */
+/* Where one work item's keys and values are: the paged cache through the
+ * block table (positions from .. pos[t]), or staged rows (row0 .. row0 + n). */
 struct att_item {
-	const struct kv_view *kv;
+	const struct kv_view *kv;   /* paged: the step metadata; NULL: staged rows */
 	int64_t t;
 	int kvh, h0, nh, D;
 	float scale;
-	const float *q;  /* row t of q */
-	float *out;      /* row t of out */
-	const float *kc, *vc;
-	int64_t max_context;
+	const float *q;             /* row t of q */
+	const float *kc, *vc;       /* caches (paged) or staging rows (staged) */
+	int64_t ld;                 /* floats from one cache row to the next */
+	int bs;                     /* positions folded at a time */
+	int32_t from, n;            /* paged: first position, and pos[t] + 1; staged: rows */
+	float *m, *l;               /* [nh] the state, in the worker's scratch or ml */
+	int64_t ml_stride;          /* floats between one head's m and the next's (l follows m) */
+	float *acc;                 /* [nh, acc_stride] accumulators */
+	int64_t acc_stride;
 };
 
-CPU_CLONES static void attend(const struct att_item *a, struct cpu_scratch *s)
+/* Fold len (<= bs) key rows k and value rows v (ld floats apart) into the
+ * state of the item's heads. sc: scratch for nh * bs scores. */
+CPU_CLONES static void fold_block(const struct att_item *a, const float *k, const float *v,
+				  int32_t len, float *sc)
 {
-	const struct kv_view *kv = a->kv;
-	const int32_t *blocks = seq_blocks(kv, a->t);
-	int32_t n = kv->pos[a->t] + 1, bs = kv->bs;
-	int64_t off = (int64_t)a->kvh * a->D, ld = kv->row_len;
-	double sum[CPU_ATT_HEADS];
+	const int64_t ld = a->ld;
 
-	for (int32_t j0 = 0; j0 < n; j0 += bs) {
-		int64_t base = (int64_t)blocks[j0 / bs] * kv->stride * ld + off;
-		int32_t len = n - j0 < bs ? n - j0 : bs;
+	for (int32_t r = 0; r < len; r += 4) {
+		int nr = len - r < 4 ? len - r : 4;
 
-		for (int32_t r = 0; r < len; r += 4) {
-			const float *k = a->kc + base + r * ld;
-			int nr = len - r < 4 ? len - r : 4;
+		for (int h = 0; h < a->nh; h++) {
+			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
+			float *out = sc + h * a->bs + r;
 
-			for (int h = 0; h < a->nh; h++) {
-				const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
-				float *sc = s->scores + h * a->max_context + j0 + r;
-
-				switch (nr) {
-				case 4: score_rows(4, q, k, ld, a->D, a->scale, sc); break;
-				case 3: score_rows(3, q, k, ld, a->D, a->scale, sc); break;
-				case 2: score_rows(2, q, k, ld, a->D, a->scale, sc); break;
-				default: score_rows(1, q, k, ld, a->D, a->scale, sc); break;
-				}
+			switch (nr) {
+			case 4: score_rows(4, q, k + r * ld, ld, a->D, a->scale, out); break;
+			case 3: score_rows(3, q, k + r * ld, ld, a->D, a->scale, out); break;
+			case 2: score_rows(2, q, k + r * ld, ld, a->D, a->scale, out); break;
+			default: score_rows(1, q, k + r * ld, ld, a->D, a->scale, out); break;
 			}
 		}
 	}
 	for (int h = 0; h < a->nh; h++) {
-		float *sc = s->scores + h * a->max_context, m = -INFINITY;
+		float *w = sc + h * a->bs, *acc = a->acc + h * a->acc_stride;
+		float *m = a->m + h * a->ml_stride, *l = a->l + h * a->ml_stride;
+		float m_new = *m, corr, sum = 0.0f;
 
-		for (int32_t j = 0; j < n; j++)
-			m = sc[j] > m ? sc[j] : m;
-		sum[h] = 0.0;
-		for (int32_t j = 0; j < n; j++) {
-			sc[j] = expf(sc[j] - m);
-			sum[h] += sc[j];
+		for (int32_t j = 0; j < len; j++)
+			m_new = w[j] > m_new ? w[j] : m_new;
+		corr = *m == -INFINITY ? 0.0f : expf(*m - m_new);
+		for (int32_t j = 0; j < len; j++) {
+			w[j] = expf(w[j] - m_new);
+			sum += w[j];
 		}
-		memset(s->acc + h * a->D, 0, (size_t)a->D * sizeof(float));
-	}
-	for (int32_t j0 = 0; j0 < n; j0 += bs) {
-		int64_t base = (int64_t)blocks[j0 / bs] * kv->stride * ld + off;
-		int32_t len = n - j0 < bs ? n - j0 : bs;
-
+		*m = m_new;
+		*l = *l * corr + sum;
+		for (int d = 0; d < a->D; d++)
+			acc[d] *= corr;
 		for (int32_t r = 0; r < len; r += 4) {
-			const float *v = a->vc + base + r * ld;
 			int nr = len - r < 4 ? len - r : 4;
 
-			for (int h = 0; h < a->nh; h++) {
-				float *acc = s->acc + h * a->D;
-				const float *w = s->scores + h * a->max_context + j0 + r;
-
-				switch (nr) {
-				case 4: accumulate_rows(4, acc, v, ld, a->D, w); break;
-				case 3: accumulate_rows(3, acc, v, ld, a->D, w); break;
-				case 2: accumulate_rows(2, acc, v, ld, a->D, w); break;
-				default: accumulate_rows(1, acc, v, ld, a->D, w); break;
-				}
+			switch (nr) {
+			case 4: accumulate_rows(4, acc, v + r * ld, ld, a->D, w + r); break;
+			case 3: accumulate_rows(3, acc, v + r * ld, ld, a->D, w + r); break;
+			case 2: accumulate_rows(2, acc, v + r * ld, ld, a->D, w + r); break;
+			default: accumulate_rows(1, acc, v + r * ld, ld, a->D, w + r); break;
 			}
 		}
 	}
+}
+
+/* Fold the item's positions, a block at a time. */
+static void fold(const struct att_item *a, struct cpu_scratch *s)
+{
+	const int64_t off = (int64_t)a->kvh * a->D;
+
+	for (int32_t j0 = a->from; j0 < a->n; j0 += a->bs) {
+		const int32_t len = a->n - j0 < a->bs ? a->n - j0 : a->bs;
+		int64_t base = j0 * a->ld + off;
+
+		if (a->kv)
+			base = (int64_t)seq_blocks(a->kv, a->t)[j0 / a->bs] * a->kv->stride * a->ld + off;
+		fold_block(a, a->kc + base, a->vc + base, len, s->scores);
+	}
+}
+
+static void state_empty(const struct att_item *a)
+{
 	for (int h = 0; h < a->nh; h++) {
-		float inv = (float)(1.0 / sum[h]), *out = a->out + (int64_t)(a->h0 + h) * a->D;
+		a->m[h * a->ml_stride] = -INFINITY;
+		a->l[h * a->ml_stride] = 0.0f;
+		memset(a->acc + h * a->acc_stride, 0, (size_t)a->D * sizeof(float));
+	}
+}
+
+/* out row of head h0 + h = acc / l, for the item's heads. */
+static void finish_heads(const struct att_item *a, float *out_row)
+{
+	for (int h = 0; h < a->nh; h++) {
+		const float inv = 1.0f / a->l[h * a->ml_stride];
+		const float *acc = a->acc + h * a->acc_stride;
+		float *out = out_row + (int64_t)(a->h0 + h) * a->D;
 
 		for (int d = 0; d < a->D; d++)
-			out[d] = s->acc[h * a->D + d] * inv;
+			out[d] = acc[d] * inv;
 	}
+}
+
+/* Items of T tokens: heads per item, chunks per kv head, the item count. */
+struct att_split {
+	int group, per, chunks;
+	int64_t items;
+};
+
+static struct att_split att_split(const struct cpu_backend *cpu, int64_t T, int n_heads,
+				  int n_kv_heads)
+{
+	struct att_split p = { .group = n_heads / n_kv_heads, .per = CPU_ATT_HEADS };
+
+	/* Fewer heads per item when there would be fewer items than threads (a
+	 * lone decode token): each head's arithmetic is the same either way. */
+	while (p.per > 1 && T * n_kv_heads * ((p.group + p.per - 1) / p.per) < cpu->threads)
+		p.per = (p.per + 1) / 2;
+	p.chunks = (p.group + p.per - 1) / p.per;
+	p.items = T * n_kv_heads * p.chunks;
+	return p;
+}
+
+/* Item it's token, kv head and heads. */
+static void att_place(struct att_item *a, const struct att_split *p, int64_t it, int n_kv_heads)
+{
+	const int rest = (int)(it % ((int64_t)n_kv_heads * p->chunks));
+	const int c = rest % p->chunks;
+
+	a->t = it / ((int64_t)n_kv_heads * p->chunks);
+	a->kvh = rest / p->chunks;
+	a->h0 = a->kvh * p->group + c * p->per;
+	a->nh = ATLAS_MIN(p->per, p->group - c * p->per);
+}
+
+/* The item's state: the worker's scratch (alone), or rows of st. */
+static void att_state_at(struct att_item *a, const struct kt_att_state *st, struct cpu_scratch *s)
+{
+	if (!st) {
+		a->m = s->ml;
+		a->l = s->ml + 1;
+		a->ml_stride = 2;
+		a->acc = s->acc;
+		a->acc_stride = a->D;
+		return;
+	}
+	a->m = (float *)st->ml.data + a->t * st->ml.cols + 2 * a->h0;
+	a->l = a->m + 1;
+	a->ml_stride = 2;
+	a->acc = (float *)st->acc.data + a->t * st->acc.cols + (int64_t)a->h0 * a->D;
+	a->acc_stride = a->D;
+}
+
+static int check_heads(const struct cpu_backend *cpu, const struct kt_tensor *q, int n_heads,
+		       int n_kv_heads, int head_dim, float scale)
+{
+	if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads || head_dim <= 0 ||
+	    head_dim > cpu->max_head_dim || !isfinite(scale))
+		return -EINVAL;
+	if (!cpu_valid(q, KT_F32) || q->cols != (int64_t)n_heads * head_dim)
+		return -EINVAL;
+	return 0;
+}
+
+static int check_state(const struct kt_att_state *st, const struct kt_tensor *q, int n_heads)
+{
+	if (!st || !cpu_shape(&st->acc, KT_F32, q->rows, q->cols) ||
+	    !cpu_shape(&st->ml, KT_F32, q->rows, 2 * (int64_t)n_heads) ||
+	    cpu_overlap(&st->acc, &st->ml) || cpu_overlap(&st->acc, q) || cpu_overlap(&st->ml, q))
+		return -EINVAL;
+	return 0;
+}
+
+/* attention (out) or attention_part (st): the fold of from[seq[t]] .. pos[t]. */
+static int paged(struct kt_backend *be, const struct kt_tensor *out,
+		 const struct kt_att_state *st, const struct kt_tensor *q,
+		 const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+		 const struct kt_batch *b, const struct kt_tensor *from, int n_heads,
+		 int n_kv_heads, int head_dim, float scale, bool first)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	struct kv_view kv;
+	int64_t T, keys;
+	int rc;
+
+	if ((rc = check_heads(cpu, q, n_heads, n_kv_heads, head_dim, scale)))
+		return rc;
+	T = q->rows;
+	if (out && (!cpu_shape(out, KT_F32, T, q->cols) ||
+		    (out->data != q->data && cpu_overlap(out, q))))
+		return -EINVAL;
+	if (st && (rc = check_state(st, q, n_heads)))
+		return rc;
+	rc = kv_view_init(&kv, b, T, kcache, vcache, true, cpu->max_context, &keys);
+	if (rc)
+		return rc;
+	if (kv.row_len != (int64_t)n_kv_heads * head_dim || (out && cpu_overlap(out, kcache)) ||
+	    (out && cpu_overlap(out, vcache)) || kv.bs > cpu->max_context)
+		return -EINVAL;
+	if (from && !cpu_shape(from, KT_I32, b->block_tables.rows, 1))
+		return -EINVAL;
+	for (int64_t t = 0; from && t < T; t++) {
+		const int32_t f = ((const int32_t *)from->data)[kv.seq[t]];
+
+		if (f < 0 || f % kv.bs)
+			return -EINVAL;
+	}
+	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
+#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
+	if (keys * n_heads * head_dim > CPU_PAR_MIN)
+	for (int64_t it = 0; it < p.items; it++) {
+		struct cpu_scratch *s = cpu_scratch_self(cpu);
+		struct att_item a = {
+			.kv = &kv, .D = head_dim, .scale = scale, .kc = kcache->data,
+			.vc = vcache->data, .ld = kv.row_len, .bs = kv.bs,
+		};
+
+		att_place(&a, &p, it, n_kv_heads);
+		a.q = (const float *)q->data + a.t * q->cols;
+		a.from = from ? ((const int32_t *)from->data)[kv.seq[a.t]] : 0;
+		a.n = kv.pos[a.t] + 1;
+		att_state_at(&a, st, s);
+		if (first || !st)
+			state_empty(&a);
+		fold(&a, s);
+		if (out)
+			finish_heads(&a, (float *)out->data + a.t * q->cols);
+	}
+	return 0;
 }
 
 int cpu_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		  const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim, float scale)
 {
+	if (!out)
+		return -EINVAL;
+	return paged(be, out, NULL, q, kcache, vcache, b, NULL, n_heads, n_kv_heads, head_dim,
+		     scale, true);
+}
+
+int cpu_attention_part(struct kt_backend *be, const struct kt_att_state *st,
+		       const struct kt_tensor *q, const struct kt_tensor *kcache,
+		       const struct kt_tensor *vcache, const struct kt_batch *b,
+		       const struct kt_tensor *from, int n_heads, int n_kv_heads, int head_dim,
+		       float scale, bool first)
+{
+	if (!st || !from)
+		return -EINVAL;
+	return paged(be, NULL, st, q, kcache, vcache, b, from, n_heads, n_kv_heads, head_dim,
+		     scale, first);
+}
+
+int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
+			 const struct kt_tensor *q, const struct kt_tensor *ks,
+			 const struct kt_tensor *vs, const struct kt_tensor *span, int block_size,
+			 int n_heads, int n_kv_heads, int head_dim, float scale, bool first)
+{
 	struct cpu_backend *cpu = cpu_of(be);
-	struct kv_view kv;
-	int64_t T, keys, items;
-	int group, per, chunks;
+	const int32_t *sp;
+	int64_t T, keys = 0;
 	int rc;
 
-	if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads || head_dim <= 0 ||
-	    head_dim > cpu->max_head_dim || !isfinite(scale))
-		return -EINVAL;
-	group = n_heads / n_kv_heads;
-	if (!cpu_valid(q, KT_F32) || q->cols != (int64_t)n_heads * head_dim)
-		return -EINVAL;
-	T = q->rows;
-	if (!cpu_shape(out, KT_F32, T, q->cols) || (out->data != q->data && cpu_overlap(out, q)))
-		return -EINVAL;
-	rc = kv_view_init(&kv, b, T, kcache, vcache, true, cpu->max_context, &keys);
-	if (rc)
+	if ((rc = check_heads(cpu, q, n_heads, n_kv_heads, head_dim, scale)) ||
+	    (rc = check_state(st, q, n_heads)))
 		return rc;
-	if (kv.row_len != (int64_t)n_kv_heads * head_dim || cpu_overlap(out, kcache) ||
-	    cpu_overlap(out, vcache))
+	T = q->rows;
+	if (block_size <= 0 || block_size > cpu->max_context || !cpu_valid(ks, KT_F32) ||
+	    !cpu_shape(vs, KT_F32, ks->rows, ks->cols) ||
+	    ks->cols != (int64_t)n_kv_heads * head_dim || !cpu_shape(span, KT_I32, T, 2))
 		return -EINVAL;
-	/* Fewer heads per item when there would be fewer items than threads (a
-	 * lone decode token): each head's arithmetic is the same either way. */
-	per = CPU_ATT_HEADS;
-	while (per > 1 && T * n_kv_heads * ((group + per - 1) / per) < cpu->threads)
-		per = (per + 1) / 2;
-	chunks = (group + per - 1) / per;
-	items = T * n_kv_heads * chunks;
+	sp = span->data;
+	for (int64_t t = 0; t < T; t++) {
+		if (sp[2 * t] < 0 || sp[2 * t + 1] < 0 || sp[2 * t] > ks->rows - sp[2 * t + 1])
+			return -EINVAL;
+		keys += sp[2 * t + 1];
+	}
+	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
 	if (keys * n_heads * head_dim > CPU_PAR_MIN)
-	for (int64_t it = 0; it < items; it++) {
-		int64_t t = it / ((int64_t)n_kv_heads * chunks);
-		int rest = (int)(it % ((int64_t)n_kv_heads * chunks));
-		int kvh = rest / chunks, c = rest % chunks;
-		struct att_item a = {
-			.kv = &kv, .t = t, .kvh = kvh, .h0 = kvh * group + c * per,
-			.nh = ATLAS_MIN(per, group - c * per), .D = head_dim,
-			.scale = scale, .q = (const float *)q->data + t * q->cols,
-			.out = (float *)out->data + t * q->cols, .kc = kcache->data,
-			.vc = vcache->data, .max_context = cpu->max_context,
-		};
+	for (int64_t it = 0; it < p.items; it++) {
+		struct cpu_scratch *s = cpu_scratch_self(cpu);
+		struct att_item a = { .D = head_dim, .scale = scale, .ld = ks->cols, .bs = block_size };
 
-		attend(&a, cpu_scratch_self(cpu));
+		att_place(&a, &p, it, n_kv_heads);
+		a.q = (const float *)q->data + a.t * q->cols;
+		/* Rows row0 .. row0 + n, addressed from row0. */
+		a.kc = (const float *)ks->data + (int64_t)sp[2 * a.t] * ks->cols;
+		a.vc = (const float *)vs->data + (int64_t)sp[2 * a.t] * vs->cols;
+		a.from = 0;
+		a.n = sp[2 * a.t + 1];
+		att_state_at(&a, st, s);
+		if (first)
+			state_empty(&a);
+		fold(&a, s);
+	}
+	return 0;
+}
+
+int cpu_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
+			 const struct kt_att_state *st, int n_heads, int head_dim)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t T;
+
+	if (!st || n_heads <= 0 || head_dim <= 0 || !cpu_valid(out, KT_F32) ||
+	    out->cols != (int64_t)n_heads * head_dim)
+		return -EINVAL;
+	T = out->rows;
+	/* out may be acc itself: each value is read before it is written. */
+	if (!cpu_shape(&st->acc, KT_F32, T, out->cols) ||
+	    !cpu_shape(&st->ml, KT_F32, T, 2 * (int64_t)n_heads) || cpu_overlap(&st->ml, out) ||
+	    (out->data != st->acc.data && cpu_overlap(out, &st->acc)))
+		return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) \
+	if (T * out->cols > CPU_PAR_MIN)
+	for (int64_t t = 0; t < T; t++) {
+		struct att_item a = { .t = t, .h0 = 0, .nh = n_heads, .D = head_dim };
+
+		att_state_at(&a, st, NULL);
+		finish_heads(&a, (float *)out->data + t * out->cols);
 	}
 	return 0;
 }

@@ -36,9 +36,10 @@ static int scratch_init(struct cpu_backend *cpu)
 {
 	size_t scores = align_up((size_t)CPU_ATT_HEADS * cpu->max_context * sizeof(float));
 	size_t acc = align_up((size_t)CPU_ATT_HEADS * cpu->max_head_dim * sizeof(float));
+	size_t ml = align_up(2 * CPU_ATT_HEADS * sizeof(float));
 	size_t half = align_up((size_t)(cpu->max_head_dim / 2 + 1) * sizeof(float));
 	size_t cands = align_up(CPU_SAMPLE_CHUNK * sizeof(struct cpu_cand));
-	size_t per_thread = scores + acc + 2 * half + cands;
+	size_t per_thread = scores + acc + ml + 2 * half + cands;
 
 	cpu->scratch = calloc((size_t)cpu->threads, sizeof(*cpu->scratch));
 	cpu->scratch_mem = aligned_alloc(CPU_ALIGN, per_thread * (size_t)cpu->threads);
@@ -49,9 +50,10 @@ static int scratch_init(struct cpu_backend *cpu)
 		struct cpu_scratch *s = &cpu->scratch[t];
 		s->scores = (float *)p;
 		s->acc = (float *)(p + scores);
-		s->cos = (float *)(p + scores + acc);
-		s->sin = (float *)(p + scores + acc + half);
-		s->cands = (struct cpu_cand *)(p + scores + acc + 2 * half);
+		s->ml = (float *)(p + scores + acc);
+		s->cos = (float *)(p + scores + acc + ml);
+		s->sin = (float *)(p + scores + acc + ml + half);
+		s->cands = (struct cpu_cand *)(p + scores + acc + ml + 2 * half);
 	}
 	return 0;
 }
@@ -137,6 +139,10 @@ static const struct kt_ops cpu_ops = {
 	.rope = cpu_rope,
 	.kv_store = cpu_kv_store,
 	.attention = cpu_attention,
+	.attention_part = cpu_attention_part,
+	.attention_staged = cpu_attention_staged,
+	.attention_finish = cpu_attention_finish,
+	.kv_stage = cpu_kv_stage,
 	.swiglu = cpu_swiglu,
 	.add = cpu_add,
 	.gather_rows = cpu_gather_rows,

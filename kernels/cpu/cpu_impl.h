@@ -36,7 +36,8 @@ struct cpu_cand {
 /* Scratch of one OpenMP worker, carved from one allocation. */
 struct cpu_scratch {
 	float *scores;          /* [CPU_ATT_HEADS, max_context] attention scores */
-	float *acc;             /* [CPU_ATT_HEADS, max_head_dim] attention outputs */
+	float *acc;             /* [CPU_ATT_HEADS, max_head_dim] attention accumulators */
+	float *ml;              /* [CPU_ATT_HEADS, 2] attention running max and sum */
 	float *cos, *sin;       /* [max_head_dim / 2] rope table of one token */
 	struct cpu_cand *cands; /* [CPU_SAMPLE_CHUNK] sampling heap */
 };
@@ -122,6 +123,20 @@ int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 int cpu_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		  const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim, float scale);
+int cpu_attention_part(struct kt_backend *be, const struct kt_att_state *st,
+		       const struct kt_tensor *q, const struct kt_tensor *kcache,
+		       const struct kt_tensor *vcache, const struct kt_batch *b,
+		       const struct kt_tensor *from, int n_heads, int n_kv_heads, int head_dim,
+		       float scale, bool first);
+int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
+			 const struct kt_tensor *q, const struct kt_tensor *ks,
+			 const struct kt_tensor *vs, const struct kt_tensor *span, int block_size,
+			 int n_heads, int n_kv_heads, int head_dim, float scale, bool first);
+int cpu_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
+			 const struct kt_att_state *st, int n_heads, int head_dim);
+int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *pool,
+		 size_t pool_block_bytes, const void *host, size_t host_slot_bytes,
+		 int64_t host_slots, const struct kt_tensor *src, size_t off, size_t bytes);
 int cpu_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
 	      const struct kt_tensor *ids);
 int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,

@@ -1,5 +1,6 @@
 /* Host memory for the KV swap tier and copies between it and backend
- * memory (backend.h: host_alloc, copy_async, copy_done). On the cpu both
+ * memory (backend.h: host_alloc, copy_async, copy_done), and the gather of
+ * KV blocks into a staging buffer (kv_stage). On the cpu both
  * sides are RAM: a copy is a memcpy done before copy_async returns, so every
  * ticket has finished when it is handed out; the swap tier still goes through
  * the same steps as on a GPU, which is what lets CI exercise them. */
@@ -44,4 +45,36 @@ int cpu_copy_async(struct kt_backend *be, void *host, const struct kt_tensor *t,
 int cpu_copy_done(struct kt_backend *be, uint64_t ticket)
 {
 	return ticket <= cpu_of(be)->copies ? 1 : -EINVAL;
+}
+
+int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *pool,
+		 size_t pool_block_bytes, const void *host, size_t host_slot_bytes,
+		 int64_t host_slots, const struct kt_tensor *src, size_t off, size_t bytes)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	const int32_t *ids;
+	int64_t n;
+
+	if (!dst || !dst->data || !pool || !pool->data || !cpu_valid(src, KT_I32) ||
+	    src->cols != 1 || !pool_block_bytes || off > pool_block_bytes ||
+	    bytes > pool_block_bytes - off || (host_slots && (!host || off > host_slot_bytes ||
+							    bytes > host_slot_bytes - off)))
+		return -EINVAL;
+	n = src->rows;
+	if ((size_t)n * bytes > kt_nbytes(dst))
+		return -EINVAL;
+	ids = src->data;
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] >= 0 ? (size_t)ids[i] >= kt_nbytes(pool) / pool_block_bytes
+				: -1 - (int64_t)ids[i] >= host_slots)
+			return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n * bytes > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++) {
+		const char *from = ids[i] >= 0
+			? (const char *)pool->data + (size_t)ids[i] * pool_block_bytes
+			: (const char *)host + (size_t)(-1 - (int64_t)ids[i]) * host_slot_bytes;
+
+		memcpy((char *)dst->data + (size_t)i * bytes, from + off, bytes);
+	}
+	return 0;
 }

@@ -75,7 +75,7 @@ __global__ void kv_store_kernel(CT *kc, CT *vc, const float *k, const float *v, 
 /* Check b for T tokens over caches kc and vc (shapes only: the values are on
  * the device) and describe it for the kernels, which check each block id
  * against the blocks both caches hold whole. */
-static int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T,
+int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T,
 			 const struct kt_tensor *kc, const struct kt_tensor *vc)
 {
 	int64_t k_blocks, v_blocks;

@@ -60,6 +60,11 @@ __device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64
 	return kv.bt + (int64_t)s * kv.bt_cols;
 }
 
+/* Check b for T tokens over caches kc and vc (shapes only: the values are on
+ * the device) and describe it for the kernels (cuda_attention.cu). */
+int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T, const struct kt_tensor *kc,
+		  const struct kt_tensor *vc);
+
 /* Cache row of position p, or -1 when its block id is out of range. */
 __device__ __forceinline__ int64_t cache_row(const paged_kv &kv, const int32_t *blocks,
 					     int32_t p)

@@ -45,6 +45,7 @@ enum cuda_fault {
 	CUDA_FAULT_ROPE = 1u << 2,
 	CUDA_FAULT_KV_STORE = 1u << 3,
 	CUDA_FAULT_ATTENTION = 1u << 4,
+	CUDA_FAULT_KV_STAGE = 1u << 5,
 };
 
 /* Copies of the swap tier in flight at once (cuda_transfer.cu): one event each. */
@@ -210,6 +211,21 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,
 		   float scale);
+int cuda_attention_part(struct kt_backend *be, const struct kt_att_state *st,
+			const struct kt_tensor *q, const struct kt_tensor *kcache,
+			const struct kt_tensor *vcache, const struct kt_batch *b,
+			const struct kt_tensor *from, int n_heads, int n_kv_heads, int head_dim,
+			float scale, bool first);
+int cuda_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
+			  const struct kt_tensor *q, const struct kt_tensor *ks,
+			  const struct kt_tensor *vs, const struct kt_tensor *span, int block_size,
+			  int n_heads, int n_kv_heads, int head_dim, float scale, bool first);
+int cuda_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
+			  const struct kt_att_state *st, int n_heads, int head_dim);
+int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
+		  const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
+		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
+		  size_t off, size_t bytes);
 /* Attention state of the backend: call cuda_attention_open at open, after
  * the stream exists (0 or a negative errno), and cuda_attention_close at
  * close (safe after a failed or missing open). */

@@ -207,7 +207,7 @@ int cuda_synchronize(struct kt_backend *be)
 static void fault_names(unsigned f, char *buf, size_t len)
 {
 	static const char *const names[] = { "embed", "gather_rows", "rope", "kv_store",
-					     "attention" };
+					     "attention", "kv_stage" };
 	size_t n = 0;
 
 	buf[0] = 0;

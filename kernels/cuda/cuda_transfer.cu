@@ -1,5 +1,7 @@
 /* Host memory for the KV swap tier and copies between it and device memory
- * (backend.h: host_alloc, copy_async, copy_done).
+ * (backend.h: host_alloc, copy_async, copy_done), and kv_stage: the gather
+ * of KV blocks, from the device pool or from pinned host memory read in
+ * place (mapped), into a staging buffer, on the main stream like an op.
  *
  * Host memory is pinned, so a copy runs at the link's speed and truly
  * asynchronously. Copies run on a stream of their own, beside the steps:
@@ -56,7 +58,7 @@ int cuda_host_alloc(struct kt_backend *be, size_t bytes, void **out)
 		return -ENOMEM;
 	cudaError_t e = cu_enter(cu);
 	if (!e)
-		e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+		e = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
 	if (e) {
 		free(p);
 		return cuda_fail(e, "cudaHostRegister", __FILE__, __LINE__);
@@ -110,4 +112,68 @@ int cuda_copy_done(struct kt_backend *be, uint64_t ticket)
 		cu->copies_done++;
 	}
 	return 1;
+}
+
+/* Piece blockIdx.x of kv_stage: 16 bytes a thread when everything is 16-byte
+ * aligned, else byte by byte. Host slots are read through their mapped
+ * device address, over the bus. */
+__global__ void kv_stage_kernel(char *dst, const char *pool, size_t pool_block_bytes,
+				int64_t pool_blocks, const char *host, size_t host_slot_bytes,
+				int64_t host_slots, const int32_t *src, size_t off, size_t bytes,
+				bool vec, unsigned *fault)
+{
+	const int64_t i = blockIdx.x;
+	const int32_t id = src[i];
+	const char *from;
+	char *to = dst + (size_t)i * bytes;
+
+	if (id >= 0 ? id >= pool_blocks : -1 - (int64_t)id >= host_slots) {
+		if (threadIdx.x == 0)
+			atomicOr(fault, CUDA_FAULT_KV_STAGE);
+		return;
+	}
+	from = id >= 0 ? pool + (size_t)id * pool_block_bytes + off
+		       : host + (size_t)(-1 - (int64_t)id) * host_slot_bytes + off;
+	if (vec) {
+		const uint4 *f = (const uint4 *)from;
+		uint4 *t = (uint4 *)to;
+
+		for (size_t j = threadIdx.x; j < bytes / 16; j += blockDim.x)
+			t[j] = f[j];
+		return;
+	}
+	for (size_t j = threadIdx.x; j < bytes; j += blockDim.x)
+		to[j] = from[j];
+}
+
+int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
+		  const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
+		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
+		  size_t off, size_t bytes)
+{
+	struct cuda_backend *cu = cu_of(be);
+	void *host_dev = NULL;
+	bool vec;
+
+	if (!dst || !dst->data || !pool || !pool->data || !cu_valid(src, KT_I32) ||
+	    src->cols != 1 || !pool_block_bytes || off > pool_block_bytes ||
+	    bytes > pool_block_bytes - off || src->rows > INT32_MAX ||
+	    (host_slots && (!host || off > host_slot_bytes || bytes > host_slot_bytes - off)))
+		return -EINVAL;
+	if ((size_t)src->rows * bytes > kt_nbytes(dst))
+		return -EINVAL;
+	if (!src->rows || !bytes)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	if (host_slots)
+		CU_CHECK(cudaHostGetDevicePointer(&host_dev, (void *)host, 0));
+	vec = bytes % 16 == 0 && off % 16 == 0 && pool_block_bytes % 16 == 0 &&
+	      host_slot_bytes % 16 == 0 && (uintptr_t)dst->data % 16 == 0 &&
+	      (uintptr_t)pool->data % 16 == 0 && (uintptr_t)host_dev % 16 == 0;
+	kv_stage_kernel<<<(unsigned)src->rows, CUDA_THREADS, 0, cu->stream>>>(
+		(char *)dst->data, (const char *)pool->data, pool_block_bytes,
+		(int64_t)(kt_nbytes(pool) / pool_block_bytes), (const char *)host_dev,
+		host_slot_bytes, host_slots, (const int32_t *)src->data, off, bytes, vec, cu->fault);
+	CU_LAUNCHED();
+	return 0;
 }
