@@ -38,6 +38,7 @@
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \
+	X(ops_attention_parts) \
 	X(ops_sample) \
 	X(ops_graph)
 
