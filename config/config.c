@@ -117,6 +117,17 @@ const struct atlas_key atlas_keys[] = {
 	SIZE("swap", kv_disk_memory, 0, 1048576 * GIB, "0",
 	     "Disk space for the KV swap tier in kv_dir, in bytes with an optional suffix. "
 	     "Blocks go there when the host tier is full. 0: no disk tier."),
+	INT("swap", kv_device_blocks_per_seq, 0, 1 << 24, "0",
+	    "KV blocks of one running session kept on the device when a host tier exists; its "
+	    "older blocks move to the host tier and attention streams them back through the "
+	    "staging buffer every step (exact, bounded by the host link's bandwidth). 0: "
+	    "automatic, a session keeps every block it can and moves its oldest ones to the "
+	    "host tier only when the device pool cannot hold its context."),
+	SIZE("swap", kv_stage_memory, 0, 1048576 * GIB, "64M",
+	     "Device memory of the staging buffer through which attention reads the KV blocks "
+	     "of running sessions that are on the host tier, one layer at a time; a step with "
+	     "more such blocks than it holds reads them in several rounds. Used only with a "
+	     "host tier; at least one block of one layer is always allocated."),
 	STRING("swap", kv_dir, "",
 	       "Directory of the disk tier's block files (written with io_uring, O_DIRECT where "
 	       "the filesystem allows it). Needed when kv_disk_memory is not 0."),

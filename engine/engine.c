@@ -283,12 +283,13 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 				  "%s: the tokenizer has %d tokens but vocab_size is %d", c->model,
 				  tok_vocab_size(e->tok), e->vocab);
 	if ((rc = seq_pool_tiers(&e->x->pool, c->kv_host_memory, c->kv_dir, c->kv_disk_memory,
-				 wake_engine, e, err, errlen)))
+				 wake_engine, e, err, errlen)) ||
+	    (rc = exec_staging_open(e->x, c->kv_stage_memory, err, errlen)))
 		return rc;
 	if ((rc = step_cmd_alloc(&e->cmd, &e->x->lim)) ||
 	    (rc = sched_init(&e->sched, &e->x->pool, slots, c->chunk_size,
 			     ATLAS_MIN(c->chunk_size, lim.max_out), e->x->geo.max_blocks,
-			     lim.max_seqs)))
+			     lim.max_seqs, c->kv_device_blocks_per_seq)))
 		return atlas_errf(err, errlen, rc, "out of memory for the scheduler");
 	return 0;
 }

@@ -40,6 +40,11 @@ struct kv_ref {
 	uint32_t index;    /* block index within that tier's pool */
 };
 
+/* A block id in a block table that names slot s of the host tier instead of
+ * a device block (seq_resolve, the step command): negative, and back. */
+#define KV_HOST_ID(s) (-1 - (int32_t)(s))
+#define KV_HOST_SLOT(id) (-1 - (int32_t)(id))
+
 struct kv_pool {
 	struct kt_backend *be;      /* not owned */
 	int n_layers;               /* attention layers: one K and one V cache each */

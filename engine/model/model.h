@@ -105,6 +105,30 @@ const char *model_shape_names(void);
 const struct model_config *model_get_config(const struct model *m);
 void model_get_info(const struct model *m, struct model_info *out);
 
+/* The KV blocks of a step's sequences that are not on the device (the swap
+ * tier's host slots, DESIGN §8) and those that attention must read with
+ * them, laid out by the executor: every sequence's blocks [0, H) are
+ * pieces, in sequence order, and rounds of up to `slots` pieces go through
+ * the staging buffers one after another; model_attend folds each round,
+ * then each token's positions from from[slot] = H * block_size on the
+ * device, then finishes. */
+struct model_staging {
+	int n_pieces, n_rounds, slots;
+	struct kt_tensor src;           /* [n_pieces, 1] i32: each piece's block (kv_stage ids:
+					 * a device block, or KV_HOST_ID of a host slot) */
+	struct kt_tensor span;          /* [n_rounds * T, 2] i32: round r's (row0, n) of each
+					 * token, in rows r * T .. */
+	struct kt_tensor from;          /* [block_tables rows, 1] i32 */
+	struct kt_tensor ks, vs;        /* [slots * block_size, kv cols] staging, the cache dtype */
+	struct kt_att_state st;         /* [T rows] */
+	const struct kt_tensor *pool;   /* every device block (kv_pool.blocks) */
+	size_t block_bytes;             /* one block, all layers (device and host alike) */
+	const void *host;               /* host tier memory (kt_host_alloc) */
+	size_t host_slot_bytes;
+	int64_t host_slots;
+	size_t layer_bytes;             /* one attention layer's K and V rows of a block */
+};
+
 /* One step's tensors, all in backend memory. */
 struct model_step {
 	struct kt_tensor ids;           /* [T, 1] i32: the token fed at each row */
@@ -113,7 +137,17 @@ struct model_step {
 	const struct kt_tensor *vcache; /* [n_attention_layers] paged V caches */
 	struct kt_tensor out_rows;      /* [n_out, 1] i32: the rows that produce logits */
 	struct kt_tensor logits;        /* [n_out, vocab] f32 */
+	const struct model_staging *staged; /* NULL: all KV of the step is on the device */
 };
+
+/* Attention of the step's rows over the paged cache of attention layer
+ * `cache` (q, out [T, n_heads * head_dim]): the one way every family's
+ * attention reads KV, whether all of it is on the device (one attention
+ * op) or part of it is staged (s->staged: the parts folded in position
+ * order, exact). */
+int model_attend(struct model *m, const struct model_step *s, int cache,
+		 const struct kt_tensor *out, const struct kt_tensor *q, int n_heads,
+		 int n_kv_heads, int head_dim, float scale);
 
 /* Run one step: write the rows' K/V (and states) and the logits of
  * s->out_rows. Asynchronous like every backend op. */

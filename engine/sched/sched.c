@@ -17,7 +17,7 @@
 #define SCHED_SPARE_EVENTS 64
 
 int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, int tools_chunk,
-	       int max_blocks, int max_seqs)
+	       int max_blocks, int max_seqs, int device_share)
 {
 	memset(s, 0, sizeof *s);
 	s->pool = pool;
@@ -25,6 +25,7 @@ int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, i
 	s->chunk = chunk;
 	s->tools_chunk = tools_chunk;
 	s->max_blocks = max_blocks;
+	s->device_share = device_share;
 	/* Per plan: an admission or a failure per slot, then a preemption or a
 	 * failure per running request; the rest for lost and dropped KV, which
 	 * wait for the next plan when there is no room. */
@@ -157,22 +158,57 @@ static int free_slot(const struct sched *s)
 static void run_in(struct sched *s, struct sched_req *r, int slot)
 {
 	r->phase = REQ_RUNNING;
+	r->host_prefix = 0;
 	r->slot = slot;
 	s->slots[slot] = r;
 }
 
-/* A request whose whole context cannot fit the pool fails at once. */
+/* A request whose whole context cannot fit the pool and the host tier
+ * together fails at once. */
 static bool fits_pool(struct sched *s, struct sched_req *r)
 {
 	const struct kv_pool *kv = &s->pool->kv;
 	int need = kv->n_layers ? kv_blocks_for(kv, (int)r->n_tokens) : 0;
-	if (need <= kv->n_blocks)
+	if (need <= kv->n_blocks + s->pool->host.n_blocks)
 		return true;
 	sched_stop(s, r);
 	event(s, SCHED_FAILED, r,
-	      "the context of %zu tokens needs %d KV blocks; the pool holds %d (raise kv_memory)",
-	      r->n_tokens, need, kv->n_blocks);
+	      "the context of %zu tokens needs %d KV blocks; the pool holds %d and the host tier "
+	      "%d (raise kv_memory or kv_host_memory)",
+	      r->n_tokens, need, kv->n_blocks, s->pool->host.n_blocks);
 	return false;
+}
+
+/* Device blocks r holds, moving away or not. */
+static int held_blocks(const struct sched_req *r)
+{
+	int n = 0;
+	for (int i = 0; i < r->seq.n_blocks; i++)
+		n += r->seq.blocks[i].tier == KV_TIER_DEVICE;
+	return n;
+}
+
+static int device_blocks(const struct sched_req *r);
+
+/* Leading blocks of r that stay off the device in a step reaching position
+ * upto: none without a host tier; all but device_share of them; or,
+ * automatically, all but what the device can give r (its own blocks, the
+ * free ones and idle requests' ones). Never one that holds a position the
+ * step writes. */
+static int host_prefix(const struct sched *s, const struct sched_req *r, int upto)
+{
+	const struct seq_pool *p = s->pool;
+	if (!p->host.n_blocks || !p->kv.n_layers)
+		return 0;
+	const int nb = kv_blocks_for(&p->kv, upto), written = r->seq.n_tokens / p->kv.block_size;
+	int keep = s->device_share;
+	if (keep <= 0) {
+		keep = p->kv.n_free + held_blocks(r);
+		for (const struct sched_req *o = s->reqs; o; o = o->next)
+			if (o->phase != REQ_RUNNING && !o->forgotten)
+				keep += device_blocks(o) - (o->seq.state_slot >= 0);
+	}
+	return ATLAS_MAX(0, ATLAS_MIN(nb - keep, written));
 }
 
 void sched_prefetch(struct sched *s, struct sched_req *r)
@@ -180,7 +216,8 @@ void sched_prefetch(struct sched *s, struct sched_req *r)
 	if (r->forgotten || r->phase == REQ_RUNNING ||
 	    seq_resident(s->pool, &r->seq, r->seq.n_tokens))
 		return;
-	if (seq_restore(s->pool, &r->seq, r->seq.n_tokens) >= 0)
+	if (seq_restore(s->pool, &r->seq, r->seq.n_tokens,
+			host_prefix(s, r, (int)r->seq.n_tokens)) >= 0)
 		r->prefetched = true;
 }
 
@@ -280,12 +317,33 @@ static bool preempt(struct sched *s, struct sched_req *keep)
 
 enum room { ROOM_OK, ROOM_WAIT, ROOM_FAILED };
 
-/* r's blocks back on the device, and room for positions [0, upto): 0, the
+/* Start writing the host blocks of the least recently used idle request
+ * to disk, to make room on the host tier; whether any started. */
+static bool demote_idle(struct sched *s)
+{
+	struct sched_req *lru = NULL;
+	for (struct sched_req *r = s->reqs; r; r = r->next) {
+		if (r->phase == REQ_RUNNING || r->forgotten)
+			continue;
+		uint32_t counts[KV_TIERS];
+		seq_count(&r->seq, counts);
+		if (counts[KV_TIER_HOST] && (!lru || r->last_used_ns < lru->last_used_ns))
+			lru = r;
+	}
+	return lru && seq_demote(s->pool, &lru->seq) > 0;
+}
+
+/* r's blocks back where the step reads them (its host prefix on the host
+ * tier, the rest on the device), and room for positions [0, upto): 0, the
  * blocks still on their way (> 0), or a negative errno. The blocks past its
  * written positions come back too: the step writes them. */
 static int try_room(struct sched *s, struct sched_req *r, int upto)
 {
-	int rc = seq_restore(s->pool, &r->seq, upto);
+	const int hb = ATLAS_MAX(r->host_prefix, host_prefix(s, r, upto));
+	if (hb > 0 && seq_spill(s->pool, &r->seq, hb) == 0 && !s->pool->host.n_free)
+		demote_idle(s);
+	r->host_prefix = hb;
+	int rc = seq_restore(s->pool, &r->seq, upto, hb);
 	return rc ? rc : seq_reserve(s->pool, &r->seq, upto);
 }
 

@@ -19,7 +19,12 @@
  * used), then the newest running request is preempted and waits at the head
  * of the queue. Blocks given back move to the swap tier (host, then disk:
  * seq_park) and come back when their request runs again (seq_restore); with
- * no room there they are dropped and the request recomputes them. Sampling
+ * no room there they are dropped and the request recomputes them. A running
+ * request whose context is more than its device share (device_share, or
+ * automatically what the pool can give it) keeps only its newest blocks on
+ * the device: its older ones move to the host tier (seq_spill) and stay
+ * there while it runs, and each step's attention streams them (the table
+ * names them by host slot, seq_resolve). Sampling
  * is keyed by position, so recomputation gives the same tokens (DESIGN
  * §4.1). A request whose blocks are still moving, or that waits for blocks
  * others are moving away, is deferred: it keeps its slot and sits the step
@@ -66,6 +71,9 @@ struct sched_req {
 	bool prefetch;                  /* its owner hinted that it runs soon (sched_prefetch) */
 	bool prefetched;                /* a hint started bringing its KV back; its admission
 					 * counts a hit or a miss */
+	int host_prefix;                /* leading blocks that stay on the host tier while it
+					 * runs (attention streams them); only grows until it
+					 * leaves its slot, so blocks do not go back and forth */
 	struct sched_sampling sampling;
 	struct sched_req *next;         /* sched.reqs */
 };
@@ -89,6 +97,8 @@ struct sched {
 	int chunk;                      /* rows of one step besides the decode rows */
 	int tools_chunk;                /* rows of one tools step (its logits rows) */
 	int max_blocks;                 /* block-table entries of one sequence */
+	int device_share;               /* device blocks a running request keeps when it has
+					 * more (kv_device_blocks_per_seq), 0: automatic */
 	struct sched_req *reqs;         /* every registered request */
 	struct sched_req **slots;       /* [n_slots + 1] running requests by slot; owned */
 	uint64_t next_order;
@@ -110,7 +120,7 @@ struct sched {
 };
 
 int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, int tools_chunk,
-	       int max_blocks, int max_seqs);
+	       int max_blocks, int max_seqs, int device_share);
 void sched_free(struct sched *s);
 
 /* Register an idle request (tokens empty, seq empty) / forget one that is

@@ -14,6 +14,7 @@
  *   up from host    copy host slot -> device                      (COPYING)
  *   up from disk    [staging slot] read disk slot -> staging      (IO)
  *                   copy staging -> device                        (COPYING)
+ *   disk to host    read disk slot -> host slot                   (IO)
  *
  * A move that needs a staging slot waits for one (NEED_STAGING); a copy or
  * I/O that the backend or the ring cannot take yet is retried at the next
@@ -208,7 +209,10 @@ static void finish(struct seq_pool *p, struct seq_move *m)
 		return;
 	}
 	int tier = KV_TIER_DEVICE, index = m->dev;
-	if (!m->up) {
+	if (m->up && m->dev < 0) {
+		tier = KV_TIER_HOST;
+		index = m->host;
+	} else if (!m->up) {
 		tier = m->to_disk ? KV_TIER_DISK : KV_TIER_HOST;
 		index = m->to_disk ? m->disk : m->host;
 	}
@@ -313,7 +317,7 @@ static bool advance(struct seq_pool *p, struct seq_move *m)
 					end_keeping_source(p, m, m->io_result);
 				return true;
 			}
-			if (m->up) {
+			if (m->up && m->dev >= 0) {
 				m->stage = START_COPY;
 				break;
 			}
@@ -397,43 +401,87 @@ bool seq_resident(const struct seq_pool *p, const struct seq *s, int n_tokens)
 	return true;
 }
 
-int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens)
+/* Block b of s, which restore wants at the device (device zone) or at
+ * least on the host: still not readable there. */
+static bool unreadable(const struct kv_ref *r, bool device_zone)
 {
-	const int n = p->kv.n_layers ? kv_blocks_for(&p->kv, n_tokens) : 0;
-	int need = 0, moving = 0;
-	for (int b = 0; b < n && b < s->n_blocks; b++) {
+	if (device_zone)
+		return r->moving || r->tier != KV_TIER_DEVICE;
+	return r->tier == KV_TIER_DISK;
+}
+
+int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens, int host_blocks)
+{
+	const int n = ATLAS_MIN(p->kv.n_layers ? kv_blocks_for(&p->kv, n_tokens) : 0, s->n_blocks);
+	const int hb = ATLAS_MAX(0, ATLAS_MIN(host_blocks, n));
+	int need_dev = 0, need_host = 0;
+	for (int b = 0; b < n; b++) {
 		const struct kv_ref *r = &s->blocks[b];
 		if (r->moving)
-			moving++;
-		else if (r->tier != KV_TIER_DEVICE)
-			need++;
+			continue;
+		if (b >= hb && r->tier != KV_TIER_DEVICE)
+			need_dev++;
+		else if (b < hb && r->tier == KV_TIER_DISK)
+			need_host++;
 	}
-	if (!need)
-		return moving;
-	if (need > p->kv.n_free)
+	if (need_dev > p->kv.n_free)
 		return -ENOSPC;
-	/* More blocks than moves can be in flight: the rest start in a later
-	 * call, once some of these have ended. */
-	int start = ATLAS_MIN(need, p->n_free_moves);
-	for (int b = 0; b < n && b < s->n_blocks && start > 0; b++) {
+	/* More blocks than moves can be in flight, or than host slots are free
+	 * for the ones that come up from disk to the host: the rest start in a
+	 * later call, once some of these have ended. */
+	int start = p->n_free_moves;
+	for (int b = 0; b < n && (need_dev || need_host) && start > 0; b++) {
 		struct kv_ref *r = &s->blocks[b];
-		if (r->moving || r->tier == KV_TIER_DEVICE)
+		const bool to_device = b >= hb;
+		if (r->moving || r->tier == KV_TIER_DEVICE || (!to_device && r->tier == KV_TIER_HOST))
+			continue;
+		int host = -1;
+		if (!to_device && (host = host_slot_alloc(&p->host)) < 0)
 			continue;
 		start--;
 		struct seq_move *m = move_new(p, s, b, true);
-		m->dev = kv_block_alloc(&p->kv);
+		if (to_device) {
+			need_dev--;
+			m->dev = kv_block_alloc(&p->kv);
+		} else {
+			need_host--;
+			m->host = host;
+		}
 		if (r->tier == KV_TIER_HOST) {
 			m->host = (int)r->index;
 			m->stage = START_COPY;
 		} else {
 			m->disk = (int)r->index;
-			m->stage = NEED_STAGING;
+			m->stage = to_device ? NEED_STAGING : START_IO;
 		}
 		advance(p, m);
 	}
 	/* Moves that could end at once (a cpu copy) have: count what is left. */
 	int left = 0;
-	for (int b = 0; b < n && b < s->n_blocks; b++)
-		left += s->blocks[b].moving || s->blocks[b].tier != KV_TIER_DEVICE;
+	for (int b = 0; b < n; b++)
+		left += unreadable(&s->blocks[b], b >= hb);
 	return left;
+}
+
+int seq_spill(struct seq_pool *p, struct seq *s, int n_blocks)
+{
+	int started = 0;
+	if (!p->moves)
+		return 0;
+	for (int b = 0; b < ATLAS_MIN(n_blocks, s->n_blocks) && p->n_free_moves; b++) {
+		struct kv_ref *r = &s->blocks[b];
+		if (r->tier != KV_TIER_DEVICE || !movable(p, r))
+			continue;
+		const int host = host_slot_alloc(&p->host);
+		if (host < 0)
+			break;
+		struct seq_move *m = move_new(p, s, b, false);
+		m->dev = (int)r->index;
+		m->host = host;
+		m->stage = START_COPY;
+		p->dev_freeing++;
+		started++;
+		advance(p, m);
+	}
+	return started;
 }

@@ -245,9 +245,14 @@ int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int
 		return -E2BIG;
 	for (int i = 0; i < n; i++) {
 		struct kv_ref r = s->blocks[i];
-		if (r.tier != KV_TIER_DEVICE || r.moving)
+		/* A block moving away from the device or the host is still
+		 * whole where it was until the move ends (move.c). */
+		if (r.tier == KV_TIER_DEVICE)
+			ids[i] = (int32_t)r.index;
+		else if (r.tier == KV_TIER_HOST && (int64_t)(i + 1) * p->kv.block_size <= s->n_tokens)
+			ids[i] = KV_HOST_ID(r.index);
+		else
 			return -EAGAIN;
-		ids[i] = (int32_t)r.index;
 	}
 	return n;
 }

@@ -152,11 +152,14 @@ void seq_release(struct seq_pool *p, struct seq *s);
 /* Release and free the table. */
 void seq_free(struct seq_pool *p, struct seq *s);
 
-/* The one way to read KV: the device block ids that hold positions
- * [0, n_tokens), in position order, into ids. Returns the number of blocks,
- * -EAGAIN when one of them is not on the device (the caller defers the
- * sequence until it is), -E2BIG when more than max_ids, -EINVAL when the
- * sequence has no room for n_tokens. */
+/* The one way to read KV: the blocks that hold positions [0, n_tokens), in
+ * position order, into ids: a device block id, or KV_HOST_ID(slot) for a
+ * block on the host tier that holds only written positions (attention
+ * streams it through staging; a step never writes it). Returns the number
+ * of blocks, -EAGAIN when one of them is on disk, or on the host but not
+ * yet written (the caller defers the sequence until it is restored),
+ * -E2BIG when more than max_ids, -EINVAL when the sequence has no room for
+ * n_tokens. */
 int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int32_t *ids,
 		int max_ids);
 /* Blocks of s per tier. */
@@ -176,12 +179,18 @@ int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir
 int seq_park(struct seq_pool *p, struct seq *s);
 /* Start writing s's blocks in host slots to disk; returns the number started. */
 int seq_demote(struct seq_pool *p, struct seq *s);
-/* Bring the blocks holding positions [0, n_tokens) to the device: -ENOSPC
- * when the device has not room for all that are elsewhere (nothing starts
- * then); else their moves start, as many as can be in flight (the rest at a
- * later call). Returns 0 when every one is resident, else the number still
+/* Bring the blocks holding positions [0, n_tokens) back where a step can
+ * read them: the first host_blocks at least to the host tier (from disk),
+ * the rest to the device. -ENOSPC when the device has not room for all
+ * that go there (nothing starts then); else their moves start, as many as
+ * can be in flight and as the host tier has free slots for (the rest at a
+ * later call). Returns 0 when every one is readable, else the number still
  * on their way or waiting to start. */
-int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens);
+int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens, int host_blocks);
+/* Start moving s's device blocks among its first n_blocks to the host tier
+ * (never to disk), oldest first, as far as host slots last; they stay
+ * readable on the device until the moves end. Returns the number started. */
+int seq_spill(struct seq_pool *p, struct seq *s, int n_blocks);
 /* Whether the blocks holding positions [0, n_tokens) are all on the
  * device, none of them moving. */
 bool seq_resident(const struct seq_pool *p, const struct seq *s, int n_tokens);

@@ -5,6 +5,15 @@
  * (a decode-only step whose rows all want logits replays the CUDA graph of
  * its bucket, padded with rows of the pad slot), samples the out rows and
  * downloads the kept logits.
+ *
+ * A command whose tables name host-tier slots (DESIGN §8) is laid out for
+ * model_attend: each sequence's blocks up to its last host one are pieces
+ * that attention streams through the staging buffers (the device ones among
+ * them are gathered too, so that the staged part is one run of positions),
+ * its table keeps only the device blocks after them (the host entries point
+ * at the pad block, which nothing reads), and from[slot] says where they
+ * start. Such a step runs without a graph and ends with a sync, so that no
+ * host slot it reads is handed on while the device still reads it.
  */
 #include "engine/step/exec.h"
 
@@ -198,10 +207,20 @@ void exec_close(struct exec *x)
 		for (size_t i = 0; i < ATLAS_ARRAY_LEN(t); i++)
 			if (t[i]->data)
 				kt_free(x->be, t[i]);
+		struct kt_tensor *st[] = { &x->stage.src, &x->stage.span, &x->stage.from,
+					   &x->stage.ks, &x->stage.vs, &x->stage.st.acc,
+					   &x->stage.st.ml };
+		for (size_t i = 0; i < ATLAS_ARRAY_LEN(st); i++)
+			if (st[i]->data)
+				kt_free(x->be, st[i]);
 		seq_pool_free(&x->pool);
 		model_free(x->model);
 		kt_backend_close(x->be);
 	}
+	free(x->h_src);
+	free(x->h_span);
+	free(x->h_from);
+	free(x->h_tables);
 	free(x->ids);
 	free(x->pos);
 	free(x->seqslot);
@@ -211,6 +230,106 @@ void exec_close(struct exec *x)
 	free(x->tokens);
 	free(x->logits);
 	free(x);
+}
+
+int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t errlen)
+{
+	const struct kv_pool *kv = &x->pool.kv;
+	struct model_staging *g = &x->stage;
+	const struct step_limits *l = &x->lim;
+	struct kt_backend *be = x->be;
+	int rc;
+
+	x->geo.host_blocks = x->pool.host.n_blocks;
+	if (!x->pool.host.n_blocks || !kv->n_layers)
+		return 0;
+	g->layer_bytes = kv->bytes_per_block / (uint64_t)kv->n_layers;
+	g->slots = (int)ATLAS_MIN(ATLAS_MAX(stage_bytes / g->layer_bytes, 1), (uint64_t)l->max_table);
+	x->max_rounds = (l->max_table + g->slots - 1) / g->slots;
+	g->pool = &kv->blocks;
+	g->block_bytes = kv->bytes_per_block;
+	g->host = x->pool.host.mem;
+	g->host_slot_bytes = x->pool.host.slot_bytes;
+	g->host_slots = x->pool.host.n_blocks;
+	const int64_t stage_rows = (int64_t)g->slots * kv->block_size;
+	const int heads = x->mc->n_heads, qcols = heads * x->mc->head_dim;
+	if ((rc = kt_alloc(be, KT_I32, l->max_table, 1, &g->src)) ||
+	    (rc = kt_alloc(be, KT_I32, (int64_t)x->max_rounds * l->max_rows, 2, &g->span)) ||
+	    (rc = kt_alloc(be, KT_I32, x->n_seq_slots + 1, 1, &g->from)) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->ks)) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->vs)) ||
+	    (rc = kt_alloc(be, KT_F32, l->max_rows, qcols, &g->st.acc)) ||
+	    (rc = kt_alloc(be, KT_F32, l->max_rows, 2 * heads, &g->st.ml)))
+		return atlas_errf(err, errlen, rc,
+				  "kv_stage_memory: cannot allocate the staging buffers of %d blocks "
+				  "(%.1f MiB) on the %s backend", g->slots,
+				  (double)stage_rows * 2 * (double)kt_nbytes(&kv->blocks) /
+					  (double)kv->blocks.rows / (1 << 20), be->info.backend);
+	x->h_src = calloc((size_t)l->max_table, sizeof *x->h_src);
+	x->h_span = calloc((size_t)x->max_rounds * (size_t)l->max_rows * 2, sizeof *x->h_span);
+	x->h_from = calloc((size_t)x->n_seq_slots + 1, sizeof *x->h_from);
+	x->h_tables = calloc((size_t)l->max_table, sizeof *x->h_tables);
+	if (!x->h_src || !x->h_span || !x->h_from || !x->h_tables)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory for the staging layout");
+	x->staging = true;
+	log_info("kv: attention reads host-tier blocks through %d staging blocks of one layer "
+		 "(%.1f MiB)", g->slots, (double)g->slots * (double)g->layer_bytes / (1 << 20));
+	return 0;
+}
+
+/* Lay out the pieces of c's host-tier blocks (see the top) into x->stage
+ * and upload them; x->h_tables is the table to upload. Returns 0 with
+ * stage.n_pieces 0 when every block is on the device. */
+static int lay_out_staging(struct exec *x, const struct step_cmd *c)
+{
+	struct model_staging *g = &x->stage;
+	const int T = c->n_rows, bs = x->geo.block_size;
+	int n = 0, rc;
+
+	g->n_pieces = g->n_rounds = 0;
+	if (!x->staging)
+		return 0;
+	memcpy(x->h_tables, c->tables, (size_t)c->n_table * sizeof *x->h_tables);
+	memset(x->h_from, 0, ((size_t)x->n_seq_slots + 1) * sizeof *x->h_from);
+	for (int i = 0; i < c->n_seqs; i++) {
+		const struct step_seq *q = &c->seqs[i];
+		int h = 0;
+		for (int b = 0; b < q->n_blocks; b++)
+			if (c->tables[q->table + b] < 0)
+				h = b + 1;
+		for (int b = 0; b < h; b++) {
+			x->h_src[n + b] = c->tables[q->table + b];
+			x->h_tables[q->table + b] = x->pool.kv.pad_block;
+		}
+		x->h_from[q->slot] = h * bs;
+		n += h;
+	}
+	if (!n)
+		return 0;
+	g->n_pieces = n;
+	g->n_rounds = (n + g->slots - 1) / g->slots;
+	for (int r = 0; r < g->n_rounds; r++) {
+		const int p0 = r * g->slots, p1 = ATLAS_MIN(n, p0 + g->slots);
+		int first = 0;
+		for (int i = 0; i < c->n_seqs; i++) {
+			const struct step_seq *q = &c->seqs[i];
+			const int h = x->h_from[q->slot] / bs;
+			const int a = ATLAS_MAX(first, p0), e = ATLAS_MIN(first + h, p1);
+			for (int k = 0; k < q->n_rows; k++) {
+				int32_t *sp = x->h_span + ((size_t)r * T + q->row + k) * 2;
+				sp[0] = e > a ? (a - p0) * bs : 0;
+				sp[1] = e > a ? (e - a) * bs : 0;
+			}
+			first += h;
+		}
+	}
+	if ((rc = kt_upload(x->be, &g->src, 0, x->h_src, (size_t)n * sizeof *x->h_src)) ||
+	    (rc = kt_upload(x->be, &g->span, 0, x->h_span,
+			    (size_t)g->n_rounds * T * 2 * sizeof *x->h_span)) ||
+	    (rc = kt_upload(x->be, &g->from, 0, x->h_from,
+			    ((size_t)x->n_seq_slots + 1) * sizeof *x->h_from)))
+		return rc;
+	return 0;
 }
 
 /* One forward pass as the graph of kt_graph records it. */
@@ -256,10 +375,11 @@ static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b
 
 static int upload_tables(struct exec *x, const struct step_cmd *c)
 {
+	const int32_t *tables = x->stage.n_pieces ? x->h_tables : c->tables;
 	for (int i = 0; i < c->n_seqs; i++) {
 		const struct step_seq *q = &c->seqs[i];
 		size_t off = (size_t)q->slot * (size_t)x->geo.max_blocks * sizeof(int32_t);
-		int rc = kt_upload(x->be, &x->d_tables, off, c->tables + q->table,
+		int rc = kt_upload(x->be, &x->d_tables, off, tables + q->table,
 				   (size_t)q->n_blocks * sizeof(int32_t));
 		if (rc)
 			return rc;
@@ -285,7 +405,12 @@ static int forward(struct exec *x, const struct step_cmd *c)
 	};
 	f.s.batch.kv_block_rows = x->pool.kv.block_rows;
 	lay_out(x, c, &f.s.batch, &max_kv);
-	bool graph = x->graphs && f.s.batch.n_single == n_rows && n_out == n_rows;
+	if ((rc = lay_out_staging(x, c)))
+		return rc;
+	if (x->stage.n_pieces)
+		f.s.staged = &x->stage;
+	bool graph = x->graphs && f.s.batch.n_single == n_rows && n_out == n_rows &&
+		     !x->stage.n_pieces;
 	for (int i = 0; graph && i < n_out; i++)
 		graph = x->out_rows[i] == i;
 	if (graph) {
@@ -369,6 +494,9 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 	if ((rc = download_kept(x, c, &r->n_keep)))
 		return atlas_errf(err, errlen, rc, "%s backend: cannot read logits (%s)", be,
 				  strerror(-rc));
+	if (x->stage.n_pieces && (rc = kt_synchronize(x->be)))
+		return atlas_errf(err, errlen, rc, "%s backend: a step over host-tier KV failed (%s)",
+				  be, strerror(-rc));
 	r->tokens = x->tokens;
 	r->logits = x->logits;
 	return 0;

@@ -43,6 +43,18 @@ struct exec {
 	struct kt_tensor d_tables;              /* [n_seq_slots + 1, max_blocks] i32 */
 	struct kt_tensor d_logits;              /* [max_out, vocab] f32 */
 
+	/* Attention over host-tier blocks (exec_staging_open; none without a
+	 * host tier): stage's tensors are owned, its counts are the current
+	 * step's. */
+	bool staging;
+	struct model_staging stage;
+	int max_rounds;                         /* rounds the span tensor holds */
+	int32_t *h_src;                         /* [max_table] pieces */
+	int32_t *h_span;                        /* [max_rounds * max_rows * 2] */
+	int32_t *h_from;                        /* [n_seq_slots + 1] */
+	int32_t *h_tables;                      /* [max_table] the command's tables, host
+						 * entries replaced by the pad block */
+
 	/* Host staging, sized for the largest command (plus graph padding). */
 	int32_t *ids, *pos, *seqslot;           /* [max_rows] */
 	int32_t *out_rows;                      /* [max_rows] */
@@ -59,6 +71,11 @@ struct exec {
 int exec_open(const struct atlas_config *cfg, int n_seq_slots, const struct step_limits *lim,
 	      struct exec **out, char *err, size_t errlen);
 void exec_close(struct exec *x);
+
+/* The staging buffers of attention over host-tier blocks, once the pool
+ * has its tiers (seq_pool_tiers): stage_bytes of device memory (at least
+ * one block of one layer). A no-op without a host tier. */
+int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t errlen);
 
 /* Check and run one command; on success r points into x's result arrays.
  * Returns when the sampled tokens and kept logits are on the host. An error

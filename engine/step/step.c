@@ -58,11 +58,26 @@ static int check_seq(const struct step_cmd *c, int i, const struct step_geometry
 		return atlas_errf(err, errlen, -EINVAL,
 				  "sequence %d: %d blocks do not hold its %d positions", i,
 				  q->n_blocks, end);
-	for (int b = 0; b < q->n_blocks; b++)
-		if (c->tables[q->table + b] < 0 || c->tables[q->table + b] >= g->n_blocks)
+	for (int b = 0; b < q->n_blocks; b++) {
+		const int32_t id = c->tables[q->table + b];
+
+		if (id >= g->n_blocks)
 			return atlas_errf(err, errlen, -EINVAL,
-					  "sequence %d: block %d is not in the pool of %d", i,
-					  c->tables[q->table + b], g->n_blocks);
+					  "sequence %d: block %d is not in the pool of %d", i, id,
+					  g->n_blocks);
+		if (id >= 0)
+			continue;
+		if (STEP_HOST_SLOT(id) >= g->host_blocks)
+			return atlas_errf(err, errlen, -EINVAL,
+					  "sequence %d: host slot %d is not in the host tier of %d",
+					  i, STEP_HOST_SLOT(id), g->host_blocks);
+		/* Attention reads a host block through staging: the step must not
+		 * write any of its positions. */
+		if ((int64_t)(b + 1) * g->block_size > q->pos0)
+			return atlas_errf(err, errlen, -EINVAL,
+					  "sequence %d: block %d is on the host tier but holds "
+					  "positions the step writes (from %d)", i, b, q->pos0);
+	}
 	return 0;
 }
 

@@ -3,8 +3,9 @@
  *
  * The scheduler (engine/sched/) plans a step completely: which sequences,
  * the rows each feeds (a prefill chunk, one decode row, or K+1 verify rows),
- * their positions, their block tables already resolved to device block ids
- * (residency settled at plan time), which rows want logits and how to
+ * their positions, their block tables already resolved (residency settled
+ * at plan time: a device block id, or a slot of the host tier whose block
+ * attention streams through staging, DESIGN §8), which rows want logits and how to
  * sample them. The executor (exec.h) runs the command and reads nothing
  * else: not sessions, not scheduler state. The same command on the same
  * device state gives the same result, which is what makes a recorded
@@ -24,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/kv/kv.h"
 #include "kernels/backend.h"
 
 /* One sequence's part of a step. */
@@ -51,8 +53,15 @@ struct step_cmd {
 	struct step_seq *seqs;      /* [n_seqs] in row order */
 	int32_t *ids;               /* [n_rows] the token fed at each row */
 	struct step_out *out;       /* [n_out] in row order */
-	int32_t *tables;            /* [n_table] device block ids, the sequences' tables end to end */
+	int32_t *tables;            /* [n_table] the sequences' tables end to end: a device
+				     * block id >= 0, or STEP_HOST_BLOCK(slot) for a block in
+				     * slot of the host tier, which only positions before the
+				     * sequence's first row may be in */
 };
+
+/* A table entry naming host-tier slot s, and back (the encoding of kv.h). */
+#define STEP_HOST_BLOCK(s) KV_HOST_ID(s)
+#define STEP_HOST_SLOT(id) KV_HOST_SLOT(id)
 
 /* What a command may hold: the capacity of its arrays. */
 struct step_limits {
@@ -77,6 +86,7 @@ struct step_geometry {
 	int n_slots;                /* block-table rows */
 	int max_blocks;             /* entries of one block-table row */
 	int n_blocks;               /* blocks of the KV pool (0: the model has no attention) */
+	int host_blocks;            /* slots of the host tier (0: none) */
 	int block_size;             /* positions per block */
 	int context;                /* positions of one sequence */
 	int vocab;                  /* token ids */
@@ -94,7 +104,7 @@ int step_cmd_check(const struct step_cmd *c, const struct step_limits *l,
  * (allocated for l) and returns 0, -EPROTO for another version or magic,
  * -EINVAL for a damaged or truncated buffer, -E2BIG past l. */
 #define STEP_WIRE_MAGIC 0x70657473u    /* "step" */
-#define STEP_WIRE_VERSION 1
+#define STEP_WIRE_VERSION 2
 size_t step_wire_size(const struct step_cmd *c);
 long step_encode(const struct step_cmd *c, void *buf, size_t cap);
 int step_decode(const void *buf, size_t len, const struct step_limits *l, struct step_cmd *c);

@@ -41,7 +41,7 @@ static void setup(struct fixture *f, int blocks)
 	assert_int_equal(seq_pool_init(&f->pool, et_cpu(), &mc, BLOCK, (uint64_t)blocks * 1024, 0,
 				       err, sizeof err), 0);
 	assert_int_equal(f->pool.kv.n_blocks, blocks);
-	assert_int_equal(sched_init(&f->s, &f->pool, SLOTS, 8, 4, 16, SLOTS), 0);
+	assert_int_equal(sched_init(&f->s, &f->pool, SLOTS, 8, 4, 16, SLOTS, 0), 0);
 	assert_int_equal(step_cmd_alloc(&f->cmd, &lim), 0);
 	for (int i = 0; i < 4; i++) {
 		sched_req_init(&f->r[i]);

@@ -395,14 +395,14 @@ static void test_park_and_restore_in_waves(void **state)
 	struct seq hog;
 	seq_init(&hog);
 	assert_int_equal(seq_reserve(&p, &hog, 20 * BLOCK), 0);
-	assert_int_equal(seq_restore(&p, &a, N * BLOCK), -ENOSPC);
+	assert_int_equal(seq_restore(&p, &a, N * BLOCK, 0), -ENOSPC);
 	seq_count(&a, c);
 	assert_int_equal(c[KV_TIER_HOST], N);
 	seq_free(&p, &hog);
 	/* Back: in waves, onto other device blocks, the data as it was. */
 	calls = 0;
 	int left;
-	while ((left = seq_restore(&p, &a, N * BLOCK)) > 0) {
+	while ((left = seq_restore(&p, &a, N * BLOCK, 0)) > 0) {
 		seq_pool_poll(&p);
 		assert_true(++calls < 10);
 	}

@@ -105,29 +105,30 @@ static int project(struct kt_backend *be, const struct kt_batch *b, const struct
 	return kt_matmul(be, &y1, &x1, w, bias);
 }
 
-/* Attention block of layer l: q, k, v from xn, into the cache, out to proj. */
-static int attention_block(struct model *m, int l, const struct kt_batch *b,
-			   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
+/* Attention block of layer l, which owns paged cache `cache`: q, k, v from
+ * xn, into the cache, out to proj. */
+static int attention_block(struct model *m, int l, const struct model_step *s, int cache,
 			   const struct kt_tensor *xn, const struct kt_tensor *proj)
 {
+	const struct kt_batch *b = &s->batch;
 	const struct model_config *c = &m->cfg;
 	struct dense_model *dm = m->family_data;
 	const struct dense_layer *w = &dm->layers[l];
-	const struct dense_scratch *s = &dm->s;
+	const struct dense_scratch *sc = &dm->s;
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens, hq = c->n_heads, hkv = c->n_kv_heads, d = c->head_dim;
-	const struct kt_tensor q = kt_rows(s->q, 0, T), k = kt_rows(s->k, 0, T);
-	const struct kt_tensor v = kt_rows(s->v, 0, T), att = kt_rows(s->att, 0, T);
+	const struct kt_tensor q = kt_rows(sc->q, 0, T), k = kt_rows(sc->k, 0, T);
+	const struct kt_tensor v = kt_rows(sc->v, 0, T), att = kt_rows(sc->att, 0, T);
 
 	TRY(project(be, b, &q, xn, &w->wq, opt(&w->bq)));
 	TRY(project(be, b, &k, xn, &w->wk, opt(&w->bk)));
 	TRY(project(be, b, &v, xn, &w->wv, opt(&w->bv)));
-	TRY(kt_rope(be, &q, &b->pos, &s->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
+	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
 		    c->rms_norm_eps));
-	TRY(kt_rope(be, &k, &b->pos, &s->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
+	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
 		    c->rms_norm_eps));
-	TRY(kt_kv_store(be, kcache, vcache, &k, &v, b));
-	TRY(kt_attention(be, &att, &q, kcache, vcache, b, hq, hkv, d, 1.0f / sqrtf((float)d)));
+	TRY(kt_kv_store(be, &s->kcache[cache], &s->vcache[cache], &k, &v, b));
+	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
 	TRY(project(be, b, proj, &att, &w->wo, opt(&w->bo)));
 	return 0;
 }
@@ -172,7 +173,7 @@ int dense_forward(struct model *m, const struct model_step *s)
 	for (int l = 0; l < c->n_layers; l++) {
 		const int kv = c->layers[l].cache;
 		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
-		TRY(attention_block(m, l, b, &s->kcache[kv], &s->vcache[kv], &xn, &proj));
+		TRY(attention_block(m, l, s, kv, &xn, &proj));
 		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
 		TRY(mlp_block(m, l, b, &xn, &proj));
 	}

@@ -168,6 +168,10 @@ static int read_context(struct model *m, const struct model_step *s, int slot, i
 	const int64_t stride = kt_kv_block_rows(b);
 	const size_t row = (size_t)k->cols * kt_dtype_size(k->dtype);
 
+	/* Its forward reads the cache itself, not through model_attend: a
+	 * context partly on the host tier is beyond this test model. */
+	if (s->staged && s->staged->n_pieces)
+		return -ENOTSUP;
 	if (n > sm->max_context || n_blocks > b->block_tables.cols || slot < 0 ||
 	    slot >= b->block_tables.rows || k->cols != SCRIPT_COLS)
 		return -EINVAL;

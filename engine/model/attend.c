@@ -1,0 +1,55 @@
+/* model_attend (model.h): the attention of one layer over a step's KV, the
+ * one path through which every family reads its paged cache.
+ *
+ * All of the step's KV on the device: one attention op. Part of it staged
+ * (s->staged, DESIGN §8): for each round, kv_stage gathers the layer's K
+ * rows and V rows of the round's pieces (a layer's K and V rows are its two
+ * halves of layer_bytes in every block, device and host alike) into the
+ * staging buffers and attention_staged folds them; then attention_part
+ * folds each token's device-resident positions, and attention_finish
+ * writes out. The parts start at block boundaries and go in position
+ * order, so the result is the one attention op's (cpu: bitwise).
+ */
+#include "engine/model/model.h"
+
+#include <errno.h>
+
+#include "common/err.h"
+#include "engine/model/internal.h"
+
+#define TRY(op) do { int rc_ = (op); if (rc_) return rc_; } while (0)
+
+int model_attend(struct model *m, const struct model_step *s, int cache,
+		 const struct kt_tensor *out, const struct kt_tensor *q, int n_heads,
+		 int n_kv_heads, int head_dim, float scale)
+{
+	struct kt_backend *be = m->be;
+	const struct kt_batch *b = &s->batch;
+	const struct model_staging *g = s->staged;
+	const struct kt_tensor *kc = &s->kcache[cache], *vc = &s->vcache[cache];
+
+	if (!g || !g->n_pieces)
+		return kt_attention(be, out, q, kc, vc, b, n_heads, n_kv_heads, head_dim, scale);
+
+	const int64_t T = b->n_tokens;
+	const size_t half = g->layer_bytes / 2, k_off = (size_t)cache * g->layer_bytes;
+	const struct kt_att_state st = { kt_rows(g->st.acc, 0, T), kt_rows(g->st.ml, 0, T) };
+
+	if (g->n_rounds < 1 || (int64_t)g->n_rounds * g->slots < g->n_pieces)
+		return -EINVAL;
+	for (int r = 0; r < g->n_rounds; r++) {
+		const int p0 = r * g->slots, n = ATLAS_MIN(g->slots, g->n_pieces - p0);
+		const struct kt_tensor src = kt_rows(g->src, p0, n);
+		const struct kt_tensor span = kt_rows(g->span, r * T, T);
+
+		TRY(kt_kv_stage(be, &g->ks, g->pool, g->block_bytes, g->host, g->host_slot_bytes,
+				g->host_slots, &src, k_off, half));
+		TRY(kt_kv_stage(be, &g->vs, g->pool, g->block_bytes, g->host, g->host_slot_bytes,
+				g->host_slots, &src, k_off + half, half));
+		TRY(kt_attention_staged(be, &st, q, &g->ks, &g->vs, &span, b->block_size, n_heads,
+					n_kv_heads, head_dim, scale, r == 0));
+	}
+	TRY(kt_attention_part(be, &st, q, kc, vc, b, &g->from, n_heads, n_kv_heads, head_dim,
+			      scale, false));
+	return kt_attention_finish(be, out, &st, n_heads, head_dim);
+}
