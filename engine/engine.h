@@ -186,6 +186,9 @@ struct atlas_kv_stats {
 	uint32_t parked_sessions;
 	uint64_t preemptions_total;       /* running sequences that gave their KV back */
 	uint64_t evictions_total;         /* idle sessions that gave their KV back */
+	uint64_t staged_blocks_total;     /* blocks attention read through staging (each step
+					   * counts each of its streamed blocks once) */
+	uint64_t staged_bytes_total;      /* bytes those reads moved, all layers */
 };
 
 struct atlas_spec_stats {

@@ -69,6 +69,8 @@ static void fill_kv(struct atlas_engine *e, struct atlas_kv_stats *kv)
 			kv->parked_sessions++;
 	kv->preemptions_total = e->sched.preemptions;
 	kv->evictions_total = e->sched.evictions;
+	kv->staged_blocks_total = e->x->staged_blocks;
+	kv->staged_bytes_total = e->x->staged_blocks * p->bytes_per_block;
 }
 
 int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)

@@ -191,6 +191,12 @@ static void kv_metrics(FILE *f, const struct atlas_kv_stats *kv)
 		    kv->preemptions_total);
 	counter_u64(f, "kv_evictions_total",
 		    "Idle sessions that gave their KV back to make room.", kv->evictions_total);
+	counter_u64(f, "kv_staged_blocks_total",
+		    "KV blocks attention streamed from the host tier through staging, per step.",
+		    kv->staged_blocks_total);
+	counter_u64(f, "kv_staged_bytes_total",
+		    "Bytes of KV attention streamed from the host tier through staging.",
+		    kv->staged_bytes_total);
 }
 
 static void spec_metrics(FILE *f, const struct atlas_spec_stats *sp)

@@ -76,6 +76,8 @@ static void render_kv(FILE *f, const struct atlas_kv_stats *kv)
 	kv_u64(f, "parked_sessions", kv->parked_sessions);
 	kv_u64(f, "preemptions_total", kv->preemptions_total);
 	kv_u64(f, "evictions_total", kv->evictions_total);
+	kv_u64(f, "staged_blocks_total", kv->staged_blocks_total);
+	kv_u64(f, "staged_bytes_total", kv->staged_bytes_total);
 }
 
 static void render_spec(FILE *f, const struct atlas_spec_stats *sp)

@@ -308,6 +308,7 @@ static int lay_out_staging(struct exec *x, const struct step_cmd *c)
 		return 0;
 	g->n_pieces = n;
 	g->n_rounds = (n + g->slots - 1) / g->slots;
+	x->staged_blocks += (uint64_t)n;
 	for (int r = 0; r < g->n_rounds; r++) {
 		const int p0 = r * g->slots, p1 = ATLAS_MIN(n, p0 + g->slots);
 		int first = 0;

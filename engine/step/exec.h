@@ -49,6 +49,7 @@ struct exec {
 	bool staging;
 	struct model_staging stage;
 	int max_rounds;                         /* rounds the span tensor holds */
+	uint64_t staged_blocks;                 /* pieces of every step run so far (ctl/kv) */
 	int32_t *h_src;                         /* [max_table] pieces */
 	int32_t *h_span;                        /* [max_rounds * max_rows * 2] */
 	int32_t *h_from;                        /* [n_seq_slots + 1] */

@@ -4,7 +4,10 @@
  * N and at several chunk sizes; a session parked between turns continues on
  * its KV without recomputing it; a prefetch hint brings it back before the
  * prompt; a disk that fills up degrades to recomputation, not to wrong
- * tokens or a stuck engine.
+ * tokens or a stuck engine. Long contexts: with a device share of a few
+ * blocks per session (or a pool smaller than one session's context), a
+ * running session's older blocks stay on the host tier and attention
+ * streams them through staging, every step, with the same bits.
  *
  * Usage: test_swap MODEL_DIR   (exit 77 when the directory is missing)
  * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
@@ -30,6 +33,7 @@
 static const char *model_dir;
 static char disk_dir[256];          /* a temporary directory for the disk tier */
 static uint64_t block_bytes;        /* K and V of one block, all layers */
+static int layers;                  /* of the model */
 
 #define SESSIONS 4
 #define MAX_TOKENS 14
@@ -37,6 +41,8 @@ static const int prompt_len[SESSIONS] = { 50, 7, 83, 30 };
 
 struct tiers {
 	int blocks;                 /* device blocks */
+	int share;                  /* kv_device_blocks_per_seq */
+	int stage_blocks;           /* staging buffer, in blocks of one layer (0: default) */
 	uint64_t host_blocks;       /* 0: no host tier */
 	uint64_t disk_blocks;       /* 0: no disk tier */
 	const char *dir;            /* of the disk tier */
@@ -53,6 +59,9 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 	c.kv_disk_memory = t->disk_blocks * block_bytes;
 	snprintf(c.kv_dir, sizeof c.kv_dir, "%s", t->disk_blocks ? t->dir : "");
 	c.context = 256;
+	c.kv_device_blocks_per_seq = t->share;
+	if (t->stage_blocks)
+		c.kv_stage_memory = (uint64_t)t->stage_blocks * block_bytes / (uint64_t)layers;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
 	if (atlas_engine_open(&c, &e, err, sizeof err))
@@ -63,7 +72,7 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 
 struct run {
 	int32_t ids[SESSIONS][2][MAX_TOKENS];   /* turn 1 and turn 2 of each session */
-	uint64_t swap_out, swap_in, host_peak, errors, drops;
+	uint64_t swap_out, swap_in, host_peak, errors, drops, staged;
 };
 
 static void collect(struct atlas_session *s, uint64_t turn, int32_t *out)
@@ -120,6 +129,7 @@ static void run_sessions(struct atlas_engine *e, struct run *out)
 	out->swap_in = st->kv.swap_in_ops_total;
 	out->errors = st->kv.swap_errors_total;
 	out->drops = st->kv.swap_drops_total;
+	out->staged = st->kv.staged_blocks_total;
 	for (int i = 0; i < SESSIONS; i++)
 		atlas_session_close(s[i]);
 	free(st);
@@ -145,6 +155,7 @@ static void test_reference(void **state)
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	atlas_engine_stats(e, st);
 	block_bytes = st->kv.bytes_per_block;
+	layers = st->layers;
 	free(st);
 	run_sessions(e, &reference);
 	assert_int_equal(reference.swap_out, 0);
@@ -172,6 +183,60 @@ static void test_host_tier_is_exact(void **state)
 			assert_int_equal(r.errors, 0);
 			assert_int_equal(r.drops, 0);
 		}
+}
+
+/* Long contexts: each running session keeps 2 blocks on the device (plus
+ * those its chunk writes) and streams the rest from the host tier, at batch
+ * 1 and 4, chunks of 7 and 64 rows, one staging round per step or many
+ * (staging of 3 blocks). */
+static void test_long_contexts_stream_from_host(void **state)
+{
+	static const int chunks[] = { 7, 64 };
+	static const int batches[] = { 1, 4 };
+	static const int stages[] = { 0, 3 };
+	for (size_t b = 0; b < ATLAS_ARRAY_LEN(batches); b++)
+		for (size_t c = 0; c < ATLAS_ARRAY_LEN(chunks); c++)
+			for (size_t g = 0; g < ATLAS_ARRAY_LEN(stages); g++) {
+				const struct tiers t = { .blocks = 24, .share = 2, .host_blocks = 64,
+							 .stage_blocks = stages[g] };
+				struct run r;
+				struct atlas_engine *e = open_engine(batches[b], chunks[c], &t);
+				run_sessions(e, &r);
+				atlas_engine_close(e);
+				printf("share 2, batch %d, chunk %d, staging %d: %llu blocks "
+				       "streamed, %llu out, %llu in\n", batches[b], chunks[c],
+				       stages[g], (unsigned long long)r.staged,
+				       (unsigned long long)r.swap_out,
+				       (unsigned long long)r.swap_in);
+				assert_same(&r, &reference, "device share 2 vs none");
+				assert_true(r.staged > 0);
+				assert_int_equal(r.errors, 0);
+				assert_int_equal(r.drops, 0);
+			}
+}
+
+/* A pool of 6 blocks, less than a session's context (up to 8): with the
+ * automatic share the session keeps what fits and streams the rest; a
+ * host tier of 6 blocks and a disk behind it, so that idle sessions' host
+ * blocks move to disk to make room. */
+static void test_context_beyond_the_pool(void **state)
+{
+	static const int batches[] = { 1, 4 };
+	for (size_t b = 0; b < ATLAS_ARRAY_LEN(batches); b++) {
+		const struct tiers t = { .blocks = 6, .host_blocks = 6, .disk_blocks = 64,
+					 .dir = disk_dir };
+		struct run r;
+		struct atlas_engine *e = open_engine(batches[b], 16, &t);
+		run_sessions(e, &r);
+		atlas_engine_close(e);
+		printf("pool of 6 blocks, batch %d: %llu blocks streamed, %llu out, %llu in, "
+		       "%llu drops\n", batches[b], (unsigned long long)r.staged,
+		       (unsigned long long)r.swap_out, (unsigned long long)r.swap_in,
+		       (unsigned long long)r.drops);
+		assert_same(&r, &reference, "a pool smaller than a context vs none");
+		assert_true(r.staged > 0);
+		assert_int_equal(r.errors, 0);
+	}
 }
 
 /* A host tier of 4 blocks and a disk tier behind it: blocks go through
@@ -299,6 +364,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_reference),
 		cmocka_unit_test(test_host_tier_is_exact),
 		cmocka_unit_test(test_disk_tier_is_exact),
+		cmocka_unit_test(test_long_contexts_stream_from_host),
+		cmocka_unit_test(test_context_beyond_the_pool),
 		cmocka_unit_test(test_parked_session_resumes_without_recompute),
 		cmocka_unit_test(test_full_disk_degrades_to_recompute),
 	};
