@@ -19,6 +19,7 @@ struct bench_result {
 	double seconds;
 	bool skipped;           /* not run: why */
 	const char *why;
+	uint64_t staged_bytes;  /* decode: KV bytes streamed from the host tier while measured */
 };
 
 /* What a decode step reads, for the bound: weights once per step and each
@@ -27,11 +28,17 @@ struct bench_bound {
 	double bandwidth;               /* bytes/s, device copy (read + write), 0 = unknown */
 	uint64_t step_weight_bytes;
 	uint64_t kv_bytes_per_token;
+	double host_bandwidth;          /* bytes/s host to device (pinned), 0 = not measured */
 };
 
 /* Device copy bandwidth of the backend c names, in bytes/s counting bytes
  * read and written (2 x size per copy), as STREAM's copy does. */
 int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
+			 size_t errlen);
+
+/* Host-to-device bandwidth of copies from host_alloc memory (pinned on
+ * cuda), the link the swap tier's host tier streams over. */
+int bench_host_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
 			 size_t errlen);
 
 /* The report goes to table and/or csv (either may be NULL). */

@@ -8,6 +8,10 @@
  * bandwidth / (bytes/token) tokens per second. L is the context in the middle
  * of the measured tokens. The bandwidth is that of a device-to-device copy,
  * bytes read plus bytes written: the rate at which kernels can stream data.
+ *
+ * A decode row whose sessions' older KV is on the host tier (streamed
+ * through staging every step, DESIGN §8) also gets the bytes streamed per
+ * token and the share of the measured host-to-device bandwidth they reach.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -46,6 +50,48 @@ static int timed_copies(struct kt_backend *be, int64_t bytes, double *bw)
 	return rc;
 }
 
+#define HOST_COPY_BYTES ((size_t)256 << 20)
+
+int bench_host_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
+			 size_t errlen)
+{
+	struct kt_config kc = { .backend = c->backend, .threads = c->threads, .device = c->device,
+				.max_tokens = 1, .max_seqs = 1, .max_context = 1, .max_heads = 1,
+				.max_head_dim = 2 };
+	struct kt_backend *be;
+	struct kt_tensor d = { 0 };
+	void *host = NULL;
+	uint64_t ticket = 0;
+	int rc = kt_backend_open(&kc, &be, err, errlen);
+	if (rc)
+		return rc;
+	if (!(rc = kt_host_alloc(be, HOST_COPY_BYTES, &host)) &&
+	    !(rc = kt_alloc(be, KT_I32, (int64_t)(HOST_COPY_BYTES / 4), 1, &d))) {
+		memset(host, 1, HOST_COPY_BYTES);
+		double t0 = 0;
+		for (int i = 0; i <= COPY_REPS && !rc; i++) {
+			if (i == 1) /* the first copy is not timed */
+				t0 = atlas_now_s();
+			while (!rc && (rc = kt_copy_async(be, host, &d, 0, HOST_COPY_BYTES, false,
+							  &ticket)) == -EAGAIN)
+				rc = 0;
+			while (!rc && !(rc = kt_copy_done(be, ticket)))
+				;
+			rc = rc < 0 ? rc : 0;
+		}
+		if (!rc)
+			*bytes_per_s = (double)HOST_COPY_BYTES * COPY_REPS / (atlas_now_s() - t0);
+	}
+	if (d.data)
+		kt_free(be, &d);
+	if (host)
+		kt_host_free(be, host);
+	kt_backend_close(be);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "host bandwidth: %s", strerror(-rc));
+	return 0;
+}
+
 int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
 			 size_t errlen)
 {
@@ -79,8 +125,10 @@ void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound,
 			"%.2f GiB, %llu bytes per token\n", (double)st->weights_bytes / (1 << 30),
 			(double)st->step_weight_bytes / (1 << 30), (double)st->kv_bytes / (1 << 30),
 			(unsigned long long)st->kv_bytes_per_token);
-		fprintf(table, "bandwidth  %.0f GB/s (device copy, read + write)\n\n",
-			bound->bandwidth / 1e9);
+		fprintf(table, "bandwidth  %.0f GB/s (device copy, read + write)", bound->bandwidth / 1e9);
+		if (bound->host_bandwidth > 0)
+			fprintf(table, ", host to device %.1f GB/s", bound->host_bandwidth / 1e9);
+		fprintf(table, "\n\n");
 		fprintf(table, "%-8s %6s %8s %8s %9s %11s %12s %11s %7s\n", "test", "batch",
 			"context", "tokens", "seconds", "tokens/s", "bytes/token", "bound/s", "%bound");
 	}
@@ -123,6 +171,16 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 				100.0 * rate / limit);
 		else
 			fprintf(table, " %12s %11s %7s\n", "-", "-", "-");
+		if (r->staged_bytes && r->tokens && r->seconds > 0) {
+			const double per = (double)r->staged_bytes / (double)r->tokens;
+			const double rate_b = (double)r->staged_bytes / r->seconds;
+			fprintf(table, "%-8s host tier: %.1f MB streamed per token, %.2f GB/s", "",
+				per / 1e6, rate_b / 1e9);
+			if (bound->host_bandwidth > 0)
+				fprintf(table, " = %.1f%% of host to device", 100.0 * rate_b /
+					bound->host_bandwidth);
+			fprintf(table, "\n");
+		}
 		fflush(table);
 	}
 }
