@@ -124,10 +124,12 @@ const struct atlas_key atlas_keys[] = {
 	    "automatic, a session keeps every block it can and moves its oldest ones to the "
 	    "host tier only when the device pool cannot hold its context."),
 	SIZE("swap", kv_stage_memory, 0, 1048576 * GIB, "64M",
-	     "Device memory of the staging buffer through which attention reads the KV blocks "
-	     "of running sessions that are on the host tier, one layer at a time; a step with "
-	     "more such blocks than it holds reads them in several rounds. Used only with a "
-	     "host tier; at least one block of one layer is always allocated."),
+	     "Device memory of the two staging buffers through which attention reads the KV "
+	     "blocks of running sessions that are on the host tier, one layer at a time (the "
+	     "next layer's blocks stream into one while the device computes on the other); a "
+	     "step with more such blocks than a buffer holds reads them in several rounds, "
+	     "without that overlap. Used only with a host tier; at least one block of one "
+	     "layer per buffer is always allocated."),
 	STRING("swap", kv_dir, "",
 	       "Directory of the disk tier's block files (written with io_uring, O_DIRECT where "
 	       "the filesystem allows it). Needed when kv_disk_memory is not 0."),

@@ -261,11 +261,20 @@ struct kt_ops {
 	 * (pool_block_bytes apart), an id < 0 the slot -1 - id of host memory
 	 * from host_alloc (host_slot_bytes apart, host_slots of them); host
 	 * memory is read where it is (cuda: over the bus, by the device).
-	 * Ordered like an op. */
+	 * ticket NULL: ordered like an op. Else it runs beside the ops enqueued
+	 * after it, like copy_async (cuda: on the copy stream, after the ops
+	 * enqueued before it), and *ticket names it for copy_done and
+	 * copy_wait (0: it ran ordered like an op after all, too many copies
+	 * being in flight): this is how a step gathers the next layer's blocks
+	 * while the device computes. */
 	int (*kv_stage)(struct kt_backend *be, const struct kt_tensor *dst,
 			const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
 			size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
-			size_t off, size_t bytes);
+			size_t off, size_t bytes, uint64_t *ticket);
+	/* The ops enqueued after this run after the copy named ticket (and every
+	 * copy before it) has finished; ticket 0 is a no-op. Never waits on the
+	 * host. */
+	int (*copy_wait)(struct kt_backend *be, uint64_t ticket);
 	/* out = silu(gate) * up   all [T, I] f32 (out may be gate) */
 	int (*swiglu)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 		      const struct kt_tensor *up);
@@ -380,8 +389,10 @@ static inline int kt_attention_finish(struct kt_backend *be, const struct kt_ten
 static inline int kt_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 			      const struct kt_tensor *pool, size_t pool_block_bytes,
 			      const void *host, size_t host_slot_bytes, int64_t host_slots,
-			      const struct kt_tensor *src, size_t off, size_t bytes)
-{ return KT_OP(kv_stage, dst, pool, pool_block_bytes, host, host_slot_bytes, host_slots, src, off, bytes); }
+			      const struct kt_tensor *src, size_t off, size_t bytes, uint64_t *ticket)
+{ return KT_OP(kv_stage, dst, pool, pool_block_bytes, host, host_slot_bytes, host_slots, src, off, bytes, ticket); }
+static inline int kt_copy_wait(struct kt_backend *be, uint64_t ticket)
+{ return KT_OP(copy_wait, ticket); }
 static inline int kt_swiglu(struct kt_backend *be, const struct kt_tensor *out,
 			    const struct kt_tensor *gate, const struct kt_tensor *up)
 { return KT_OP(swiglu, out, gate, up); }

@@ -111,7 +111,9 @@ void model_get_info(const struct model *m, struct model_info *out);
  * pieces, in sequence order, and rounds of up to `slots` pieces go through
  * the staging buffers one after another; model_attend folds each round,
  * then each token's positions from from[slot] = H * block_size on the
- * device, then finishes. */
+ * device, then finishes. With one round, the two buffers alternate by
+ * layer: the next attention layer's pieces are gathered beside the
+ * device's work on this one. */
 struct model_staging {
 	int n_pieces, n_rounds, slots;
 	struct kt_tensor src;           /* [n_pieces, 1] i32: each piece's block (kv_stage ids:
@@ -119,7 +121,9 @@ struct model_staging {
 	struct kt_tensor span;          /* [n_rounds * T, 2] i32: round r's (row0, n) of each
 					 * token, in rows r * T .. */
 	struct kt_tensor from;          /* [block_tables rows, 1] i32 */
-	struct kt_tensor ks, vs;        /* [slots * block_size, kv cols] staging, the cache dtype */
+	struct kt_tensor ks[2], vs[2];  /* [slots * block_size, kv cols] staging, the cache dtype */
+	uint64_t ticket[2];             /* the gather into each buffer (kv_stage) */
+	int n_caches;                   /* attention layers: model_attend's order, 0 first */
 	struct kt_att_state st;         /* [T rows] */
 	const struct kt_tensor *pool;   /* every device block (kv_pool.blocks) */
 	size_t block_bytes;             /* one block, all layers (device and host alike) */
@@ -137,7 +141,7 @@ struct model_step {
 	const struct kt_tensor *vcache; /* [n_attention_layers] paged V caches */
 	struct kt_tensor out_rows;      /* [n_out, 1] i32: the rows that produce logits */
 	struct kt_tensor logits;        /* [n_out, vocab] f32 */
-	const struct model_staging *staged; /* NULL: all KV of the step is on the device */
+	struct model_staging *staged;   /* NULL: all KV of the step is on the device */
 };
 
 /* Attention of the step's rows over the paged cache of attention layer

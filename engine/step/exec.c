@@ -208,8 +208,8 @@ void exec_close(struct exec *x)
 			if (t[i]->data)
 				kt_free(x->be, t[i]);
 		struct kt_tensor *st[] = { &x->stage.src, &x->stage.span, &x->stage.from,
-					   &x->stage.ks, &x->stage.vs, &x->stage.st.acc,
-					   &x->stage.st.ml };
+					   &x->stage.ks[0], &x->stage.vs[0], &x->stage.ks[1],
+					   &x->stage.vs[1], &x->stage.st.acc, &x->stage.st.ml };
 		for (size_t i = 0; i < ATLAS_ARRAY_LEN(st); i++)
 			if (st[i]->data)
 				kt_free(x->be, st[i]);
@@ -244,7 +244,10 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 	if (!x->pool.host.n_blocks || !kv->n_layers)
 		return 0;
 	g->layer_bytes = kv->bytes_per_block / (uint64_t)kv->n_layers;
-	g->slots = (int)ATLAS_MIN(ATLAS_MAX(stage_bytes / g->layer_bytes, 1), (uint64_t)l->max_table);
+	g->n_caches = kv->n_layers;
+	/* Two buffers of K and V rows each: the memory holds 2 * slots layer slices. */
+	g->slots = (int)ATLAS_MIN(ATLAS_MAX(stage_bytes / (2 * g->layer_bytes), 1),
+				  (uint64_t)l->max_table);
 	x->max_rounds = (l->max_table + g->slots - 1) / g->slots;
 	g->pool = &kv->blocks;
 	g->block_bytes = kv->bytes_per_block;
@@ -256,14 +259,16 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 	if ((rc = kt_alloc(be, KT_I32, l->max_table, 1, &g->src)) ||
 	    (rc = kt_alloc(be, KT_I32, (int64_t)x->max_rounds * l->max_rows, 2, &g->span)) ||
 	    (rc = kt_alloc(be, KT_I32, x->n_seq_slots + 1, 1, &g->from)) ||
-	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->ks)) ||
-	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->vs)) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->ks[0])) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->vs[0])) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->ks[1])) ||
+	    (rc = kt_alloc(be, kv->blocks.dtype, stage_rows, kv->row_cols, &g->vs[1])) ||
 	    (rc = kt_alloc(be, KT_F32, l->max_rows, qcols, &g->st.acc)) ||
 	    (rc = kt_alloc(be, KT_F32, l->max_rows, 2 * heads, &g->st.ml)))
 		return atlas_errf(err, errlen, rc,
 				  "kv_stage_memory: cannot allocate the staging buffers of %d blocks "
 				  "(%.1f MiB) on the %s backend", g->slots,
-				  (double)stage_rows * 2 * (double)kt_nbytes(&kv->blocks) /
+				  (double)stage_rows * 4 * (double)kt_nbytes(&kv->blocks) /
 					  (double)kv->blocks.rows / (1 << 20), be->info.backend);
 	x->h_src = calloc((size_t)l->max_table, sizeof *x->h_src);
 	x->h_span = calloc((size_t)x->max_rounds * (size_t)l->max_rows * 2, sizeof *x->h_span);
@@ -272,8 +277,9 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 	if (!x->h_src || !x->h_span || !x->h_from || !x->h_tables)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for the staging layout");
 	x->staging = true;
-	log_info("kv: attention reads host-tier blocks through %d staging blocks of one layer "
-		 "(%.1f MiB)", g->slots, (double)g->slots * (double)g->layer_bytes / (1 << 20));
+	log_info("kv: attention reads host-tier blocks through two staging buffers of %d blocks "
+		 "of one layer (%.1f MiB)", g->slots,
+		 2.0 * (double)g->slots * (double)g->layer_bytes / (1 << 20));
 	return 0;
 }
 

@@ -154,6 +154,7 @@ static const struct kt_ops cpu_ops = {
 	.host_free = cpu_host_free,
 	.copy_async = cpu_copy_async,
 	.copy_done = cpu_copy_done,
+	.copy_wait = cpu_copy_wait,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

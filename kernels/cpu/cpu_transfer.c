@@ -49,7 +49,8 @@ int cpu_copy_done(struct kt_backend *be, uint64_t ticket)
 
 int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *pool,
 		 size_t pool_block_bytes, const void *host, size_t host_slot_bytes,
-		 int64_t host_slots, const struct kt_tensor *src, size_t off, size_t bytes)
+		 int64_t host_slots, const struct kt_tensor *src, size_t off, size_t bytes,
+		 uint64_t *ticket)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 	const int32_t *ids;
@@ -76,5 +77,12 @@ int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struc
 
 		memcpy((char *)dst->data + (size_t)i * bytes, from + off, bytes);
 	}
+	if (ticket)
+		*ticket = ++cpu->copies;
 	return 0;
+}
+
+int cpu_copy_wait(struct kt_backend *be, uint64_t ticket)
+{
+	return ticket <= cpu_of(be)->copies ? 0 : -EINVAL;
 }

@@ -83,6 +83,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_attention_staged,
 	cuda_attention_finish,
 	cuda_kv_stage,
+	cuda_copy_wait,
 	cuda_swiglu,
 	cuda_add,
 	cuda_gather_rows,

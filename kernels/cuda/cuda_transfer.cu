@@ -149,8 +149,9 @@ __global__ void kv_stage_kernel(char *dst, const char *pool, size_t pool_block_b
 int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 		  const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
 		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
-		  size_t off, size_t bytes)
+		  size_t off, size_t bytes, uint64_t *ticket)
 {
+	cudaStream_t stream;
 	struct cuda_backend *cu = cu_of(be);
 	void *host_dev = NULL;
 	bool vec;
@@ -170,10 +171,40 @@ int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 	vec = bytes % 16 == 0 && off % 16 == 0 && pool_block_bytes % 16 == 0 &&
 	      host_slot_bytes % 16 == 0 && (uintptr_t)dst->data % 16 == 0 &&
 	      (uintptr_t)pool->data % 16 == 0 && (uintptr_t)host_dev % 16 == 0;
-	kv_stage_kernel<<<(unsigned)src->rows, CUDA_THREADS, 0, cu->stream>>>(
+	stream = cu->stream;
+	/* With the ring full of copies still running, it runs as an op. */
+	if (ticket && cu->copies_issued - cu->copies_done >= CUDA_COPY_RING &&
+	    cuda_copy_done(be, cu->copies_issued - CUDA_COPY_RING + 1) <= 0)
+		*ticket = 0, ticket = NULL;
+	if (ticket) {
+		CU_CHECK(cudaEventRecord(cu->copy_mark, cu->stream));
+		CU_CHECK(cudaStreamWaitEvent(cu->copy_stream, cu->copy_mark, 0));
+		stream = cu->copy_stream;
+	}
+	kv_stage_kernel<<<(unsigned)src->rows, CUDA_THREADS, 0, stream>>>(
 		(char *)dst->data, (const char *)pool->data, pool_block_bytes,
 		(int64_t)(kt_nbytes(pool) / pool_block_bytes), (const char *)host_dev,
 		host_slot_bytes, host_slots, (const int32_t *)src->data, off, bytes, vec, cu->fault);
 	CU_LAUNCHED();
+	if (ticket) {
+		const uint64_t n = cu->copies_issued + 1;
+		CU_CHECK(cudaEventRecord(cu->copy_events[n % CUDA_COPY_RING], cu->copy_stream));
+		cu->copies_issued = n;
+		*ticket = n;
+	}
+	return 0;
+}
+
+int cuda_copy_wait(struct kt_backend *be, uint64_t ticket)
+{
+	struct cuda_backend *cu = cu_of(be);
+	if (ticket > cu->copies_issued)
+		return -EINVAL;
+	if (ticket <= cu->copies_done)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	/* A ticket older than the ring's reach has an event recorded again for
+	 * a later copy: waiting on that one waits longer, never shorter. */
+	CU_CHECK(cudaStreamWaitEvent(cu->stream, cu->copy_events[ticket % CUDA_COPY_RING], 0));
 	return 0;
 }

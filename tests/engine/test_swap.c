@@ -42,7 +42,7 @@ static const int prompt_len[SESSIONS] = { 50, 7, 83, 30 };
 struct tiers {
 	int blocks;                 /* device blocks */
 	int share;                  /* kv_device_blocks_per_seq */
-	int stage_blocks;           /* staging buffer, in blocks of one layer (0: default) */
+	int stage_blocks;           /* each staging buffer, in blocks of one layer (0: default) */
 	uint64_t host_blocks;       /* 0: no host tier */
 	uint64_t disk_blocks;       /* 0: no disk tier */
 	const char *dir;            /* of the disk tier */
@@ -61,7 +61,7 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 	c.context = 256;
 	c.kv_device_blocks_per_seq = t->share;
 	if (t->stage_blocks)
-		c.kv_stage_memory = (uint64_t)t->stage_blocks * block_bytes / (uint64_t)layers;
+		c.kv_stage_memory = 2 * (uint64_t)t->stage_blocks * block_bytes / (uint64_t)layers;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
 	if (atlas_engine_open(&c, &e, err, sizeof err))

@@ -7,7 +7,8 @@
  * other piece is read from host memory (a copy of its block in memory from
  * host_alloc, named by a negative id), the rest from the pool itself.
  * kv_stage gathers the layer's K and V rows of the pieces into staging
- * buffers of `slots` blocks, round by round; attention_staged folds each
+ * buffers of `slots` blocks, round by round (K as an op, V beside the ops
+ * with a ticket that the ops after it wait for); attention_staged folds each
  * round (span per token: its sequence's pieces in the round), then
  * attention_part the device blocks (from = H * bs per slot), and
  * attention_finish writes the output.
@@ -123,6 +124,7 @@ static void *parts_run(struct op_run *r, const void *params, const void *input,
 	int32_t *span = op_ints(r, (size_t)T * 2);
 	struct kt_tensor d_span = op_tensor_raw(r, b, KT_I32, T, 2, NULL);
 	const int rounds = (n_pieces + p->slots - 1) / p->slots;
+	uint64_t ticket = 0;
 
 	for (int rd = 0; rd < rounds && !o->rc; rd++) {
 		const int p0 = rd * p->slots, n = ATLAS_MIN(p->slots, n_pieces - p0);
@@ -139,10 +141,11 @@ static void *parts_run(struct op_run *r, const void *params, const void *input,
 		op_ok(r, kt_upload(b->be, &d_span, 0, span, (size_t)T * 2 * sizeof(int32_t)),
 		      "kt_upload");
 		o->rc = kt_kv_stage(b->be, &ks, &d.all, block_bytes, host, block_bytes,
-				    n_pieces + 1, &src, k_off, (size_t)bs * row_bytes);
+				    n_pieces + 1, &src, k_off, (size_t)bs * row_bytes, NULL);
 		o->rc = o->rc ? o->rc : kt_kv_stage(b->be, &vs, &d.all, block_bytes, host,
 						    block_bytes, n_pieces + 1, &src, v_off,
-						    (size_t)bs * row_bytes);
+						    (size_t)bs * row_bytes, &ticket);
+		o->rc = o->rc ? o->rc : kt_copy_wait(b->be, ticket);
 		o->rc = o->rc ? o->rc : kt_attention_staged(b->be, &st, &q, &ks, &vs, &d_span, bs,
 							    wp->n_heads, wp->n_kv, wp->D,
 							    w->scale, rd == 0);
