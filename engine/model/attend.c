@@ -33,9 +33,10 @@ static int gather(struct kt_backend *be, struct model_staging *g, int cache, int
 {
 	const size_t half = g->layer_bytes / 2, k_off = (size_t)cache * g->layer_bytes;
 	const struct kt_tensor src = kt_rows(g->src, p0, n);
+	uint64_t k_ticket; /* the V gather's ticket covers it: copies end in order */
 
 	TRY(kt_kv_stage(be, &g->ks[buf], g->pool, g->block_bytes, g->host, g->host_slot_bytes,
-			g->host_slots, &src, k_off, half, NULL));
+			g->host_slots, &src, k_off, half, beside ? &k_ticket : NULL));
 	return kt_kv_stage(be, &g->vs[buf], g->pool, g->block_bytes, g->host, g->host_slot_bytes,
 			   g->host_slots, &src, k_off + half, half, beside ? &g->ticket[buf] : NULL);
 }
