@@ -261,6 +261,9 @@ struct kt_ops {
 	 * (pool_block_bytes apart), an id < 0 the slot -1 - id of host memory
 	 * from host_alloc (host_slot_bytes apart, host_slots of them); host
 	 * memory is read where it is (cuda: over the bus, by the device).
+	 * src_host, when given, is src's ids on the host: a backend may use it
+	 * to copy runs of consecutive blocks with its copy engines (cuda, up to
+	 * KT_STAGE_MAX_RUNS runs) instead of reading them with kernels.
 	 * ticket NULL: ordered like an op. Else it runs beside the ops enqueued
 	 * after it, like copy_async (cuda: on the copy stream, after the ops
 	 * enqueued before it), and *ticket names it for copy_done and
@@ -270,7 +273,7 @@ struct kt_ops {
 	int (*kv_stage)(struct kt_backend *be, const struct kt_tensor *dst,
 			const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
 			size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
-			size_t off, size_t bytes, uint64_t *ticket);
+			const int32_t *src_host, size_t off, size_t bytes, uint64_t *ticket);
 	/* The ops enqueued after this run after the copy named ticket (and every
 	 * copy before it) has finished; ticket 0 is a no-op. Never waits on the
 	 * host. */
@@ -319,6 +322,10 @@ struct kt_ops {
 	 * waits. */
 	int (*copy_done)(struct kt_backend *be, uint64_t ticket);
 };
+
+/* Runs of consecutive blocks kv_stage copies with copy engines at most;
+ * more fragmented pieces are read by a kernel. */
+#define KT_STAGE_MAX_RUNS 64
 
 /* Alignment of host_alloc memory: what O_DIRECT file I/O needs. */
 #define KT_HOST_ALIGN 4096
@@ -389,8 +396,9 @@ static inline int kt_attention_finish(struct kt_backend *be, const struct kt_ten
 static inline int kt_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 			      const struct kt_tensor *pool, size_t pool_block_bytes,
 			      const void *host, size_t host_slot_bytes, int64_t host_slots,
-			      const struct kt_tensor *src, size_t off, size_t bytes, uint64_t *ticket)
-{ return KT_OP(kv_stage, dst, pool, pool_block_bytes, host, host_slot_bytes, host_slots, src, off, bytes, ticket); }
+			      const struct kt_tensor *src, const int32_t *src_host, size_t off,
+			      size_t bytes, uint64_t *ticket)
+{ return KT_OP(kv_stage, dst, pool, pool_block_bytes, host, host_slot_bytes, host_slots, src, src_host, off, bytes, ticket); }
 static inline int kt_copy_wait(struct kt_backend *be, uint64_t ticket)
 { return KT_OP(copy_wait, ticket); }
 static inline int kt_swiglu(struct kt_backend *be, const struct kt_tensor *out,

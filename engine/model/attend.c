@@ -36,9 +36,10 @@ static int gather(struct kt_backend *be, struct model_staging *g, int cache, int
 	uint64_t k_ticket; /* the V gather's ticket covers it: copies end in order */
 
 	TRY(kt_kv_stage(be, &g->ks[buf], g->pool, g->block_bytes, g->host, g->host_slot_bytes,
-			g->host_slots, &src, k_off, half, beside ? &k_ticket : NULL));
+			g->host_slots, &src, g->src_host + p0, k_off, half, beside ? &k_ticket : NULL));
 	return kt_kv_stage(be, &g->vs[buf], g->pool, g->block_bytes, g->host, g->host_slot_bytes,
-			   g->host_slots, &src, k_off + half, half, beside ? &g->ticket[buf] : NULL);
+			   g->host_slots, &src, g->src_host + p0, k_off + half, half,
+			   beside ? &g->ticket[buf] : NULL);
 }
 
 int model_attend(struct model *m, const struct model_step *s, int cache,

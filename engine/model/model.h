@@ -118,6 +118,7 @@ struct model_staging {
 	int n_pieces, n_rounds, slots;
 	struct kt_tensor src;           /* [n_pieces, 1] i32: each piece's block (kv_stage ids:
 					 * a device block, or KV_HOST_ID of a host slot) */
+	const int32_t *src_host;        /* [n_pieces] the same on the host */
 	struct kt_tensor span;          /* [n_rounds * T, 2] i32: round r's (row0, n) of each
 					 * token, in rows r * T .. */
 	struct kt_tensor from;          /* [block_tables rows, 1] i32 */

@@ -250,6 +250,7 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 				  (uint64_t)l->max_table);
 	x->max_rounds = (l->max_table + g->slots - 1) / g->slots;
 	g->pool = &kv->blocks;
+	g->src_host = NULL;
 	g->block_bytes = kv->bytes_per_block;
 	g->host = x->pool.host.mem;
 	g->host_slot_bytes = x->pool.host.slot_bytes;
@@ -274,6 +275,7 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 	x->h_span = calloc((size_t)x->max_rounds * (size_t)l->max_rows * 2, sizeof *x->h_span);
 	x->h_from = calloc((size_t)x->n_seq_slots + 1, sizeof *x->h_from);
 	x->h_tables = calloc((size_t)l->max_table, sizeof *x->h_tables);
+	g->src_host = x->h_src;
 	if (!x->h_src || !x->h_span || !x->h_from || !x->h_tables)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for the staging layout");
 	x->staging = true;

@@ -49,8 +49,8 @@ int cpu_copy_done(struct kt_backend *be, uint64_t ticket)
 
 int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struct kt_tensor *pool,
 		 size_t pool_block_bytes, const void *host, size_t host_slot_bytes,
-		 int64_t host_slots, const struct kt_tensor *src, size_t off, size_t bytes,
-		 uint64_t *ticket)
+		 int64_t host_slots, const struct kt_tensor *src, const int32_t *src_host,
+		 size_t off, size_t bytes, uint64_t *ticket)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 	const int32_t *ids;

@@ -225,7 +225,7 @@ int cuda_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
 int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 		  const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
 		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
-		  size_t off, size_t bytes, uint64_t *ticket);
+		  const int32_t *src_host, size_t off, size_t bytes, uint64_t *ticket);
 int cuda_copy_wait(struct kt_backend *be, uint64_t ticket);
 /* Attention state of the backend: call cuda_attention_open at open, after
  * the stream exists (0 or a negative errno), and cuda_attention_close at

@@ -146,10 +146,51 @@ __global__ void kv_stage_kernel(char *dst, const char *pool, size_t pool_block_b
 		to[j] = from[j];
 }
 
+/* Pieces [i, end) whose blocks follow each other in one memory (device
+ * ids up by one, host slots up by one): the end of the run from i. */
+static int64_t run_end(const int32_t *ids, int64_t i, int64_t n)
+{
+	int64_t j = i + 1;
+	while (j < n && ((ids[i] >= 0 && ids[j] == ids[j - 1] + 1) ||
+			 (ids[i] < 0 && ids[j] < 0 && ids[j] == ids[j - 1] - 1)))
+		j++;
+	return j;
+}
+
+/* The pieces as copy-engine copies, one 2D copy per run, when ids (on the
+ * host) make at most KT_STAGE_MAX_RUNS runs: 1 done, 0 not taken. */
+static int stage_by_runs(cudaStream_t stream, char *dst, const char *pool,
+			 size_t pool_block_bytes, int64_t pool_blocks, const char *host,
+			 size_t host_slot_bytes, int64_t host_slots, const int32_t *ids, int64_t n,
+			 size_t off, size_t bytes)
+{
+	int64_t runs = 0;
+	for (int64_t i = 0; i < n; i = run_end(ids, i, n)) {
+		if (ids[i] >= 0 ? ids[i] >= pool_blocks : -1 - (int64_t)ids[i] >= host_slots)
+			return -EINVAL;
+		if (++runs > KT_STAGE_MAX_RUNS)
+			return 0;
+	}
+	for (int64_t i = 0, j; i < n; i = j) {
+		j = run_end(ids, i, n);
+		const bool on_host = ids[i] < 0;
+		const size_t pitch = on_host ? host_slot_bytes : pool_block_bytes;
+		const char *from = on_host ? host + (size_t)(-1 - (int64_t)ids[i]) * host_slot_bytes
+					   : pool + (size_t)ids[i] * pool_block_bytes;
+		if (ids[j - 1] < 0 && -1 - (int64_t)ids[j - 1] >= host_slots)
+			return -EINVAL;
+		if (ids[j - 1] >= 0 && ids[j - 1] >= pool_blocks)
+			return -EINVAL;
+		CU_CHECK(cudaMemcpy2DAsync(dst + (size_t)i * bytes, bytes, from + off, pitch, bytes,
+					   (size_t)(j - i), cudaMemcpyDefault, stream));
+	}
+	return 1;
+}
+
 int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 		  const struct kt_tensor *pool, size_t pool_block_bytes, const void *host,
 		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
-		  size_t off, size_t bytes, uint64_t *ticket)
+		  const int32_t *src_host, size_t off, size_t bytes, uint64_t *ticket)
 {
 	cudaStream_t stream;
 	struct cuda_backend *cu = cu_of(be);
@@ -181,11 +222,21 @@ int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 		CU_CHECK(cudaStreamWaitEvent(cu->copy_stream, cu->copy_mark, 0));
 		stream = cu->copy_stream;
 	}
-	kv_stage_kernel<<<(unsigned)src->rows, CUDA_THREADS, 0, stream>>>(
-		(char *)dst->data, (const char *)pool->data, pool_block_bytes,
-		(int64_t)(kt_nbytes(pool) / pool_block_bytes), (const char *)host_dev,
-		host_slot_bytes, host_slots, (const int32_t *)src->data, off, bytes, vec, cu->fault);
-	CU_LAUNCHED();
+	const int64_t pool_blocks = (int64_t)(kt_nbytes(pool) / pool_block_bytes);
+	int done = src_host ? stage_by_runs(stream, (char *)dst->data, (const char *)pool->data,
+					    pool_block_bytes, pool_blocks, (const char *)host,
+					    host_slot_bytes, host_slots, src_host, src->rows, off,
+					    bytes)
+			    : 0;
+	if (done < 0)
+		return done;
+	if (!done) {
+		kv_stage_kernel<<<(unsigned)src->rows, CUDA_THREADS, 0, stream>>>(
+			(char *)dst->data, (const char *)pool->data, pool_block_bytes, pool_blocks,
+			(const char *)host_dev, host_slot_bytes, host_slots,
+			(const int32_t *)src->data, off, bytes, vec, cu->fault);
+		CU_LAUNCHED();
+	}
 	if (ticket) {
 		const uint64_t n = cu->copies_issued + 1;
 		CU_CHECK(cudaEventRecord(cu->copy_events[n % CUDA_COPY_RING], cu->copy_stream));

@@ -141,9 +141,9 @@ static void *parts_run(struct op_run *r, const void *params, const void *input,
 		op_ok(r, kt_upload(b->be, &d_span, 0, span, (size_t)T * 2 * sizeof(int32_t)),
 		      "kt_upload");
 		o->rc = kt_kv_stage(b->be, &ks, &d.all, block_bytes, host, block_bytes,
-				    n_pieces + 1, &src, k_off, (size_t)bs * row_bytes, NULL);
+				    n_pieces + 1, &src, NULL, k_off, (size_t)bs * row_bytes, NULL);
 		o->rc = o->rc ? o->rc : kt_kv_stage(b->be, &vs, &d.all, block_bytes, host,
-						    block_bytes, n_pieces + 1, &src, v_off,
+						    block_bytes, n_pieces + 1, &src, ids + p0, v_off,
 						    (size_t)bs * row_bytes, &ticket);
 		o->rc = o->rc ? o->rc : kt_copy_wait(b->be, ticket);
 		o->rc = o->rc ? o->rc : kt_attention_staged(b->be, &st, &q, &ks, &vs, &d_span, bs,
