@@ -123,7 +123,7 @@ const struct atlas_key atlas_keys[] = {
 	    "staging buffer every step (exact, bounded by the host link's bandwidth). 0: "
 	    "automatic, a session keeps every block it can and moves its oldest ones to the "
 	    "host tier only when the device pool cannot hold its context."),
-	SIZE("swap", kv_stage_memory, 0, 1048576 * GIB, "64M",
+	SIZE("swap", kv_stage_memory, 0, 1048576 * GIB, "256M",
 	     "Device memory of the two staging buffers through which attention reads the KV "
 	     "blocks of running sessions that are on the host tier, one layer at a time (the "
 	     "next layer's blocks stream into one while the device computes on the other); a "
