@@ -339,7 +339,9 @@ static bool demote_idle(struct sched *s)
  * written positions come back too: the step writes them. */
 static int try_room(struct sched *s, struct sched_req *r, int upto)
 {
-	const int hb = ATLAS_MAX(r->host_prefix, host_prefix(s, r, upto));
+	/* Never a block the step writes, even after a truncate went back. */
+	const int written = s->pool->kv.n_layers ? r->seq.n_tokens / s->pool->kv.block_size : 0;
+	const int hb = ATLAS_MIN(ATLAS_MAX(r->host_prefix, host_prefix(s, r, upto)), written);
 	if (hb > 0 && seq_spill(s->pool, &r->seq, hb) == 0 && !s->pool->host.n_free)
 		demote_idle(s);
 	r->host_prefix = hb;

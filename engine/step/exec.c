@@ -297,6 +297,11 @@ static int lay_out_staging(struct exec *x, const struct step_cmd *c)
 	g->n_pieces = g->n_rounds = 0;
 	if (!x->staging)
 		return 0;
+	bool any = false;
+	for (int i = 0; i < c->n_table && !any; i++)
+		any = c->tables[i] < 0;
+	if (!any)
+		return 0;
 	memcpy(x->h_tables, c->tables, (size_t)c->n_table * sizeof *x->h_tables);
 	memset(x->h_from, 0, ((size_t)x->n_seq_slots + 1) * sizeof *x->h_from);
 	for (int i = 0; i < c->n_seqs; i++) {
