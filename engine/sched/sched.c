@@ -179,15 +179,6 @@ static bool fits_pool(struct sched *s, struct sched_req *r)
 	return false;
 }
 
-/* Device blocks r holds, moving away or not. */
-static int held_blocks(const struct sched_req *r)
-{
-	int n = 0;
-	for (int i = 0; i < r->seq.n_blocks; i++)
-		n += r->seq.blocks[i].tier == KV_TIER_DEVICE;
-	return n;
-}
-
 static int device_blocks(const struct sched_req *r);
 
 /* Leading blocks of r that stay off the device in a step reaching position
@@ -203,7 +194,9 @@ static int host_prefix(const struct sched *s, const struct sched_req *r, int upt
 	const int nb = kv_blocks_for(&p->kv, upto), written = r->seq.n_tokens / p->kv.block_size;
 	int keep = s->device_share;
 	if (keep <= 0) {
-		keep = p->kv.n_free + held_blocks(r);
+		uint32_t held[KV_TIERS];  /* its device blocks count, moving away or not */
+		seq_count(&r->seq, held);
+		keep = p->kv.n_free + (int)held[KV_TIER_DEVICE];
 		for (const struct sched_req *o = s->reqs; o; o = o->next)
 			if (o->phase != REQ_RUNNING && !o->forgotten)
 				keep += device_blocks(o) - (o->seq.state_slot >= 0);

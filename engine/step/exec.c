@@ -269,8 +269,8 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
 		return atlas_errf(err, errlen, rc,
 				  "kv_stage_memory: cannot allocate the staging buffers of %d blocks "
 				  "(%.1f MiB) on the %s backend", g->slots,
-				  (double)stage_rows * 4 * (double)kt_nbytes(&kv->blocks) /
-					  (double)kv->blocks.rows / (1 << 20), be->info.backend);
+				  2.0 * (double)g->slots * (double)g->layer_bytes / (1 << 20),
+				  be->info.backend);
 	x->h_src = calloc((size_t)l->max_table, sizeof *x->h_src);
 	x->h_span = calloc((size_t)x->max_rounds * (size_t)l->max_rows * 2, sizeof *x->h_span);
 	x->h_from = calloc((size_t)x->n_seq_slots + 1, sizeof *x->h_from);
