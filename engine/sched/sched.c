@@ -326,6 +326,16 @@ static bool demote_idle(struct sched *s)
 	return lru && seq_demote(s->pool, &lru->seq) > 0;
 }
 
+/* Blocks of r's first n that wait for a host slot: still on the device or
+ * on disk, with no move under way. */
+static int off_host(const struct seq *q, int n)
+{
+	int off = 0;
+	for (int b = 0; b < n && b < q->n_blocks; b++)
+		off += !q->blocks[b].moving && q->blocks[b].tier != KV_TIER_HOST;
+	return off;
+}
+
 /* r's blocks back where the step reads them (its host prefix on the host
  * tier, the rest on the device), and room for positions [0, upto): 0, the
  * blocks still on their way (> 0), or a negative errno. The blocks past its
@@ -335,8 +345,11 @@ static int try_room(struct sched *s, struct sched_req *r, int upto)
 	/* Never a block the step writes, even after a truncate went back. */
 	const int written = s->pool->kv.n_layers ? r->seq.n_tokens / s->pool->kv.block_size : 0;
 	const int hb = ATLAS_MIN(ATLAS_MAX(r->host_prefix, host_prefix(s, r, upto)), written);
-	if (hb > 0 && seq_spill(s->pool, &r->seq, hb) == 0 && !s->pool->host.n_free)
-		demote_idle(s);
+	if (hb > 0) {
+		seq_spill(s->pool, &r->seq, hb);
+		if (!s->pool->host.n_free && off_host(&r->seq, hb))
+			demote_idle(s);
+	}
 	r->host_prefix = hb;
 	int rc = seq_restore(s->pool, &r->seq, upto, hb);
 	return rc ? rc : seq_reserve(s->pool, &r->seq, upto);

@@ -426,22 +426,30 @@ int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens, int host_blocks
 	}
 	if (need_dev > p->kv.n_free)
 		return -ENOSPC;
-	/* More blocks than moves can be in flight, or than host slots are free
-	 * for the ones that come up from disk to the host: the rest start in a
-	 * later call, once some of these have ended. */
-	int start = p->n_free_moves;
+	/* More blocks than moves can be in flight: the rest start in a later
+	 * call, once some of these have ended. A block of the host prefix that
+	 * finds no free host slot comes up to the device instead when the
+	 * device has a block to spare (attention reads it there just as well);
+	 * with neither, nothing would ever bring it up: -ENOSPC. */
+	int start = p->n_free_moves, stuck = 0;
 	for (int b = 0; b < n && (need_dev || need_host) && start > 0; b++) {
 		struct kv_ref *r = &s->blocks[b];
-		const bool to_device = b >= hb;
+		bool to_device = b >= hb;
 		if (r->moving || r->tier == KV_TIER_DEVICE || (!to_device && r->tier == KV_TIER_HOST))
 			continue;
 		int host = -1;
-		if (!to_device && (host = host_slot_alloc(&p->host)) < 0)
-			continue;
+		if (!to_device && (host = host_slot_alloc(&p->host)) < 0) {
+			need_host--;
+			if (p->kv.n_free <= need_dev) {
+				stuck++;
+				continue;
+			}
+			to_device = true;
+		}
 		start--;
 		struct seq_move *m = move_new(p, s, b, true);
 		if (to_device) {
-			need_dev--;
+			need_dev -= b >= hb;
 			m->dev = kv_block_alloc(&p->kv);
 		} else {
 			need_host--;
@@ -456,6 +464,8 @@ int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens, int host_blocks
 		}
 		advance(p, m);
 	}
+	if (stuck)
+		return -ENOSPC;
 	/* Moves that could end at once (a cpu copy) have: count what is left. */
 	int left = 0;
 	for (int b = 0; b < n; b++)

@@ -180,12 +180,13 @@ int seq_park(struct seq_pool *p, struct seq *s);
 /* Start writing s's blocks in host slots to disk; returns the number started. */
 int seq_demote(struct seq_pool *p, struct seq *s);
 /* Bring the blocks holding positions [0, n_tokens) back where a step can
- * read them: the first host_blocks at least to the host tier (from disk),
- * the rest to the device. -ENOSPC when the device has not room for all
- * that go there (nothing starts then); else their moves start, as many as
- * can be in flight and as the host tier has free slots for (the rest at a
- * later call). Returns 0 when every one is readable, else the number still
- * on their way or waiting to start. */
+ * read them: the first host_blocks at least to the host tier (from disk;
+ * to the device when the host tier has no free slot), the rest to the
+ * device. -ENOSPC when the device has not room for all that go there
+ * (nothing starts then), or when a block finds room on neither tier (the
+ * others' moves start). Else their moves start, as many as can be in
+ * flight (the rest at a later call). Returns 0 when every one is readable,
+ * else the number still on their way or waiting to start. */
 int seq_restore(struct seq_pool *p, struct seq *s, int n_tokens, int host_blocks);
 /* Start moving s's device blocks among its first n_blocks to the host tier
  * (never to disk), oldest first, as far as host slots last; they stay

@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -418,6 +420,64 @@ static void test_park_and_restore_in_waves(void **state)
 	seq_pool_free(&p);
 }
 
+/* Poll until s has no block on the move (disk I/O ends on its own thread). */
+static void settle_moves(struct seq_pool *p, struct seq *s)
+{
+	for (int i = 0; s->n_moving && i < 5000; i++) {
+		seq_pool_poll(p);
+		usleep(1000);
+	}
+	assert_int_equal(s->n_moving, 0);
+}
+
+/* A block of the host prefix that is on disk while the host tier is full
+ * comes up to the device instead, its data intact; with the device full
+ * too, the restore says -ENOSPC instead of waiting for a slot nothing
+ * would free (a scheduler that waited there hung). */
+static void test_restore_past_a_full_host_tier(void **state)
+{
+	struct seq_pool p;
+	char err[ATLAS_ERRLEN], dir[] = "/tmp/atlas-test-seq-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	pool(&p, 4, false, 0);
+	assert_int_equal(seq_pool_tiers(&p, 2 * 4096, dir, 16 * 4096, NULL, NULL, err, sizeof err),
+			 0);
+	assert_int_equal(p.host.n_free, 2);
+	struct seq a, hog;
+	seq_init(&a);
+	seq_init(&hog);
+	assert_int_equal(seq_reserve(&p, &a, 3 * BLOCK), 0);
+	seq_commit(&a, 3 * BLOCK);
+	for (int b = 0; b < 3; b++)
+		fill_block(&p, (int)a.blocks[b].index, (float)(b * 1000));
+	/* Out: two blocks fill the host tier, the third goes to disk. */
+	assert_int_equal(seq_park(&p, &a), 3);
+	settle_moves(&p, &a);
+	uint32_t c[KV_TIERS];
+	seq_count(&a, c);
+	assert_int_equal(c[KV_TIER_HOST], 2);
+	assert_int_equal(c[KV_TIER_DISK], 1);
+	assert_int_equal(p.host.n_free, 0);
+	/* Every block on the host prefix: the one on disk finds no host slot. */
+	int left = seq_restore(&p, &a, 3 * BLOCK, 3);
+	assert_true(left > 0);
+	settle_moves(&p, &a);
+	assert_int_equal(seq_restore(&p, &a, 3 * BLOCK, 3), 0);
+	assert_int_equal(a.blocks[2].tier, KV_TIER_DEVICE);
+	assert_block(&p, (int)a.blocks[2].index, 2000.0f);
+	/* Again with the device full: nothing can take it. */
+	assert_int_equal(seq_park(&p, &a), 1);
+	settle_moves(&p, &a);
+	assert_int_equal(a.blocks[2].tier, KV_TIER_DISK);
+	assert_int_equal(seq_reserve(&p, &hog, 4 * BLOCK), 0);
+	assert_int_equal(seq_restore(&p, &a, 3 * BLOCK, 3), -ENOSPC);
+	assert_int_equal(a.n_moving, 0);
+	seq_free(&p, &hog);
+	seq_free(&p, &a);
+	seq_pool_free(&p);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -429,6 +489,7 @@ int main(void)
 		cmocka_unit_test(test_recurrent_state_snapshot_and_rollback),
 		cmocka_unit_test(test_attention_only_truncate_needs_no_snapshot),
 		cmocka_unit_test(test_park_and_restore_in_waves),
+		cmocka_unit_test(test_restore_past_a_full_host_tier),
 	};
 	return cmocka_run_group_tests_name("seq", tests, NULL, NULL);
 }
