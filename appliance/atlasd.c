@@ -285,6 +285,11 @@ static int serve(const struct atlas_config *cfg, struct fuse_args *args,
 	else
 		log_info("unmounted");
 	status = rc ? 1 : 0;
+	/* Before the sessions close with the tree: kv_persist keeps them. */
+	if (atlas_engine_persist(e, err, sizeof err)) {
+		log_error("%s", err);
+		status = 1;
+	}
 out:
 	atlas_fs_stop(fs);
 	atlas_fs_unmount(fs);

@@ -133,6 +133,15 @@ const struct atlas_key atlas_keys[] = {
 	STRING("swap", kv_dir, "",
 	       "Directory of the disk tier's block files (written with io_uring, O_DIRECT where "
 	       "the filesystem allows it). Needed when kv_disk_memory is not 0."),
+	BOOL("swap", kv_persist, "false",
+	     "Keep sessions across a restart: when atlasd stops (SIGTERM, SIGINT, umount) every "
+	     "session's history, settings and KV go to kv_dir (atlas-kv.blocks and "
+	     "atlas-sessions.json), and the next atlasd with the same kv_dir brings the session "
+	     "directories back; a session's next turn reads its KV from disk instead of "
+	     "recomputing it. KV written by another model, or a block whose checksum does not "
+	     "match, is recomputed (a log line says so); sessions saved with another tokenizer "
+	     "are not brought back (the file is kept as atlas-sessions.json.stale). A crash "
+	     "keeps nothing since the last stop. Needs kv_dir and kv_disk_memory."),
 
 	INT("sessions", sessions, 0, 4096, "4",
 	    "Session directories s1 to sN that exist when the filesystem is mounted."),
@@ -599,6 +608,10 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'sessions': %d is more than max_sessions (%d)", c->sessions,
 				  c->max_sessions);
+	if (c->kv_persist && (!c->kv_disk_memory || !c->kv_dir[0]))
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'kv_persist': keeping sessions needs a disk tier (kv_dir and "
+				  "kv_disk_memory)");
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

@@ -45,6 +45,7 @@ struct atlas_config {
 	uint64_t kv_host_memory;        /* bytes of the host tier, 0 = none */
 	uint64_t kv_disk_memory;        /* bytes of the disk tier in kv_dir, 0 = none */
 	char kv_dir[ATLAS_PATH_MAX];    /* directory of the disk tier's files */
+	bool kv_persist;                /* sessions and their KV survive a restart in kv_dir */
 	int kv_device_blocks_per_seq;   /* device blocks a running sequence keeps, 0 = automatic */
 	uint64_t kv_stage_memory;       /* bytes of the staging buffer of host-tier attention */
 

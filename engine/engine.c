@@ -106,6 +106,7 @@ static void apply_events(struct atlas_engine *e)
 			snprintf(s->last_error, sizeof s->last_error, "%s", ev->msg);
 			break;
 		case SCHED_DROPPED:
+			log_warn("session %s: %s", s->name, ev->msg);
 			snprintf(s->last_error, sizeof s->last_error, "%s", ev->msg);
 			break;
 		}
@@ -185,7 +186,7 @@ static void run_step(struct atlas_engine *e)
 /* Blocks are moving between tiers: sleep until a disk completion wakes the
  * thread, or briefly, to notice device copies that ended (they signal
  * nothing). */
-static void wait_for_moves(struct atlas_engine *e)
+void engine_wait_for_moves(struct atlas_engine *e)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_REALTIME, &t);
@@ -212,6 +213,16 @@ static void *engine_main(void *arg)
 	while (!e->stop) {
 		housekeeping(e);
 		deliver(e, list);
+		if (e->persist == PERSIST_ASKED) {
+			persist_run(e);
+			continue;
+		}
+		if (e->persist == PERSIST_DONE) {
+			/* Kept: nothing runs again; closes and notifications still do. */
+			if (!pending_work(e) && !e->stop)
+				pthread_cond_wait(&e->wake, &e->lock);
+			continue;
+		}
 		logits_job_start(e);
 		if (sched_plan(&e->sched, &e->cmd) > 0 || e->sched.n_events) {
 			apply_events(e);
@@ -222,7 +233,7 @@ static void *engine_main(void *arg)
 		if (pending_work(e) || e->stop || logits_job_waiting(e))
 			continue;
 		if (e->x->pool.n_active)
-			wait_for_moves(e);
+			engine_wait_for_moves(e);
 		else
 			pthread_cond_wait(&e->wake, &e->lock);
 	}
@@ -282,8 +293,9 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: the tokenizer has %d tokens but vocab_size is %d", c->model,
 				  tok_vocab_size(e->tok), e->vocab);
-	if ((rc = seq_pool_tiers(&e->x->pool, c->kv_host_memory, c->kv_dir, c->kv_disk_memory,
-				 wake_engine, e, err, errlen)) ||
+	if ((rc = persist_load(e, err, errlen)) ||
+	    (rc = seq_pool_tiers(&e->x->pool, c->kv_host_memory, c->kv_dir, persist_file(c),
+				 c->kv_disk_memory, wake_engine, e, err, errlen)) ||
 	    (rc = exec_staging_open(e->x, c->kv_stage_memory, err, errlen)))
 		return rc;
 	if ((rc = step_cmd_alloc(&e->cmd, &e->x->lim)) ||
@@ -291,6 +303,8 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 			     ATLAS_MIN(c->chunk_size, lim.max_out), e->x->geo.max_blocks,
 			     lim.max_seqs, c->kv_device_blocks_per_seq)))
 		return atlas_errf(err, errlen, rc, "out of memory for the scheduler");
+	if ((rc = persist_restore(e)))
+		return atlas_errf(err, errlen, rc, "kv_persist: out of memory for the kept sessions");
 	return 0;
 }
 

@@ -56,7 +56,9 @@ void atlas_engine_set_notify(struct atlas_engine *e, atlas_notify_fn fn, void *c
 /* ---- sessions ---- */
 
 /* A new session named `name` (unique; [A-Za-z0-9_.-], at most 63 bytes) with
- * the config's default settings. -EEXIST, -EINVAL, -EMFILE (max_sessions). */
+ * the config's default settings, or the session of that name that kv_persist
+ * brought back (its settings, turns and KV), if no handle has it yet.
+ * -EEXIST, -EINVAL, -EMFILE (max_sessions). */
 int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_session **out,
 		       char *err, size_t errlen);
 /* Cancel its turns, free its KV and forget it. The handle is invalid after. */
@@ -227,6 +229,17 @@ struct atlas_engine_stats {
 	struct atlas_ep_stats ep;
 };
 int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *out);
+
+/* ---- kept sessions (kv_persist) ---- */
+
+/* Keep every session for the next start: end running turns (cancelled),
+ * move all KV to the disk tier and write the manifest in kv_dir. Nothing
+ * runs after it; close the engine next. Blocks until done; 0 without
+ * kv_persist. */
+int atlas_engine_persist(struct atlas_engine *e, char *err, size_t errlen);
+/* Names of the sessions this start brought back that no atlas_session_open
+ * has taken yet (at most max into names); returns how many there are. */
+int atlas_engine_kept(struct atlas_engine *e, char (*names)[64], int max);
 
 /* ---- tools: tokenizer and raw logits (the CLI, tests) ---- */
 

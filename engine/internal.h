@@ -46,6 +46,9 @@ struct atlas_session {
 	struct atlas_engine *e;
 	char name[64];
 	bool closed;                /* atlas_session_close called; the engine thread frees it */
+	bool kept;                  /* brought back by kv_persist at open (engine/persist.c) */
+	bool held;                  /* atlas_session_open gave a handle to it (a kept session
+				     * has none until its name is opened) */
 	struct atlas_params params;
 	struct atlas_session *next; /* engine.sessions list */
 
@@ -94,6 +97,10 @@ struct logits_job {
 typedef void (*engine_step_fn)(void *ctx, const struct step_cmd *cmd,
 			       const struct step_result *res);
 
+enum persist_phase { PERSIST_NONE, PERSIST_ASKED, PERSIST_DONE };
+
+struct persist_manifest;
+
 struct atlas_engine {
 	struct atlas_config cfg;
 	struct exec *x;                 /* the device side; (engine thread) */
@@ -120,6 +127,13 @@ struct atlas_engine {
 	uint64_t n_sessions;
 	struct logits_job *jobs;
 
+	/* kv_persist (engine/persist.c). */
+	uint64_t model_id, vocab_id;    /* fingerprints of the model directory */
+	struct persist_manifest *kept;  /* read at load, restored before the thread starts */
+	enum persist_phase persist;     /* (lock) atlas_engine_persist asked, then done */
+	int persist_rc;
+	char persist_err[256];
+
 	/* Totals (lock). */
 	uint64_t turns_total, prompt_tokens_total, generated_tokens_total;
 	uint64_t step_tokens_total;
@@ -136,6 +150,17 @@ int engine_seq_slots(const struct atlas_config *c);
 /* Record every step (engine/engine.c): fn runs on the engine thread without
  * the lock, after the step's result is known. Set before any session opens. */
 void engine_on_step(struct atlas_engine *e, engine_step_fn fn, void *ctx);
+
+/* Sleep until a move between tiers may have ended (engine/engine.c). */
+void engine_wait_for_moves(struct atlas_engine *e);
+
+/* engine/persist.c: the disk tier's file name (NULL: unnamed), the kept
+ * sessions read at load and opened at restore, and the engine thread's
+ * part of atlas_engine_persist. */
+const char *persist_file(const struct atlas_config *c);
+int persist_load(struct atlas_engine *e, char *err, size_t errlen);
+int persist_restore(struct atlas_engine *e);
+void persist_run(struct atlas_engine *e);
 
 /* engine/session.c */
 void session_free(struct atlas_session *s);

@@ -210,13 +210,24 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 
 	pthread_mutex_lock(&e->lock);
 	int rc = 0;
-	for (struct atlas_session *o = e->sessions; o; o = o->next)
-		if (!o->closed && strcmp(o->name, name) == 0)
-			rc = atlas_errf(err, errlen, -EEXIST, "session '%s' exists", name);
+	for (struct atlas_session *o = e->sessions; o; o = o->next) {
+		if (o->closed || strcmp(o->name, name) != 0)
+			continue;
+		if (o->kept && !o->held) {
+			/* Kept across a restart: its first handle takes it. */
+			o->held = true;
+			pthread_mutex_unlock(&e->lock);
+			free(s);
+			*out = o;
+			return 0;
+		}
+		rc = atlas_errf(err, errlen, -EEXIST, "session '%s' exists", name);
+	}
 	if (!rc && e->n_sessions >= (uint64_t)e->cfg.max_sessions)
 		rc = atlas_errf(err, errlen, -EMFILE, "max_sessions (%d) sessions are open",
 				e->cfg.max_sessions);
 	if (!rc) {
+		s->held = true;
 		s->next = e->sessions;
 		e->sessions = s;
 		e->n_sessions++;

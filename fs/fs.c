@@ -1,6 +1,7 @@
-/* The life of the FUSE tree (fs.h): open (sessions s1..sN, the waker
- * thread, the engine's notify hook), mount, the request loop, stop,
- * unmount and free. What the requests do is in the files that ops.c names. */
+/* The life of the FUSE tree (fs.h): open (sessions s1..sN and those that
+ * kv_persist kept, the waker thread, the engine's notify hook), mount, the
+ * request loop, stop, unmount and free. What the requests do is in the
+ * files that ops.c names. */
 #include "fs/internal.h"
 
 #include <errno.h>
@@ -41,6 +42,15 @@ int atlas_fs_open(struct atlas_engine *e, const struct atlas_config *cfg, struct
 		snprintf(name, sizeof name, "s%d", i);
 		rc = fs_session_create(fs, name, NULL, err, errlen);
 	}
+	/* Sessions a previous atlasd kept (kv_persist) come back as they were. */
+	int n_kept = rc ? 0 : atlas_engine_kept(e, NULL, 0);
+	char (*kept)[64] = n_kept ? calloc((size_t)n_kept, sizeof *kept) : NULL;
+	if (n_kept && !kept)
+		rc = atlas_errf(err, errlen, -ENOMEM, "filesystem: out of memory");
+	n_kept = kept ? atlas_engine_kept(e, kept, n_kept) : 0;
+	for (int i = 0; !rc && i < n_kept; i++)
+		rc = fs_session_create(fs, kept[i], NULL, err, errlen);
+	free(kept);
 	if (rc) {
 		atlas_fs_stop(fs);
 		atlas_fs_free(fs);

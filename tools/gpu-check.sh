@@ -4,6 +4,7 @@
 #
 #   ../shared/gpu/prep-deps libfuse3-3 libfuse3-dev fuse3 liburing2 liburing-dev \
 #       libjansson4 libjansson-dev libonig5 libonig-dev libinih1 libinih-dev \
+#       libxxhash0 libxxhash-dev \
 #       libutf8proc2 libutf8proc-dev libcmocka0 libcmocka-dev       (here, once)
 #   run: sh tools/gpu-check.sh          carry: .devdeps
 #

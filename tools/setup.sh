@@ -24,7 +24,7 @@ for a in "$@"; do
 done
 
 PKGS="gcc pkg-config meson ninja-build python3 fuse3 libfuse3-dev liburing-dev libjansson-dev \
-libonig-dev libinih-dev libutf8proc-dev libcmocka-dev"
+libonig-dev libinih-dev libutf8proc-dev libcmocka-dev libxxhash-dev"
 missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -46,6 +47,8 @@
  * fails with that error: a bound, not a tuning knob. */
 #define MAX_RETRIES 16
 
+enum { SLOT_FREE, SLOT_USED, SLOT_SUMMED };
+
 struct disk_op {
 	uint64_t tag;          /* the caller's */
 	uint64_t t_submit_ns;
@@ -55,6 +58,10 @@ struct disk_op {
 	uint32_t done;         /* bytes moved so far: a short transfer resumes here */
 	int result;            /* 0 or negative errno, once finished */
 	int buf_index;         /* the fixed buffer that holds [buf, buf + len), -1: none */
+	uint32_t slot;
+	uint64_t sum;          /* write: the checksum of what it wrote (the I/O thread's);
+				* read: the one the slot's data must have */
+	bool check;            /* read: compare the data with sum */
 	bool write;
 	bool in_ring;          /* an SQE of it is in the ring (the I/O thread's) */
 	uint8_t retries;       /* EINTR/EAGAIN answers so far */
@@ -78,7 +85,9 @@ struct disk_tier {
 	/* The engine thread's. */
 	uint32_t *free_slots;            /* [n_slots] stack, slot 0 on top at open; owned */
 	uint32_t n_free_slots;
-	uint8_t *slot_used;              /* [n_slots] 1 while allocated; owned */
+	bool stack_stale;                /* slots were claimed: rebuild free_slots first */
+	uint8_t *slot_used;              /* [n_slots] SLOT_FREE, SLOT_USED or SLOT_SUMMED; owned */
+	uint64_t *slot_sum;              /* [n_slots] checksum of a SLOT_SUMMED slot's data; owned */
 	uint16_t free_ops[DISK_QUEUE_DEPTH]; /* stack of idle operations */
 	int n_free_ops;
 
@@ -124,7 +133,7 @@ static int fixed_index(const struct disk_tier *d, size_t off, size_t len)
 static int submit(struct disk_tier *d, int slot, const void *host_ptr, uint64_t tag, bool write)
 {
 	uintptr_t p = (uintptr_t)host_ptr, base = (uintptr_t)d->host_base;
-	if (slot < 0 || (uint32_t)slot >= d->n_slots || !d->slot_used[slot])
+	if (slot < 0 || (uint32_t)slot >= d->n_slots || d->slot_used[slot] == SLOT_FREE)
 		return -EINVAL;
 	if (p < base || p - base > d->host_bytes - d->slot_bytes || p % d->align)
 		return -EINVAL;
@@ -142,6 +151,9 @@ static int submit(struct disk_tier *d, int slot, const void *host_ptr, uint64_t 
 			.off = (uint64_t)slot * d->slot_bytes,
 			.len = (uint32_t)d->slot_bytes,
 			.buf_index = fixed_index(d, p - base, d->slot_bytes),
+			.slot = (uint32_t)slot,
+			.sum = d->slot_sum[slot],
+			.check = !write && d->slot_used[slot] == SLOT_SUMMED,
 			.write = write,
 		};
 		d->sub_q[d->sub_tail++ % DISK_QUEUE_DEPTH] = (uint16_t)i;
@@ -177,6 +189,10 @@ int disk_poll(struct disk_tier *d, disk_done_fn cb, void *ctx)
 		const struct disk_op *op = &d->ops[ids[i]];
 		uint64_t tag = op->tag;
 		int result = op->result;
+		if (op->write && !result) {
+			d->slot_used[op->slot] = SLOT_SUMMED;
+			d->slot_sum[op->slot] = op->sum;
+		}
 		/* Idle before the callback, which may submit again. */
 		d->free_ops[d->n_free_ops++] = ids[i];
 		cb(ctx, tag, result);
@@ -184,22 +200,63 @@ int disk_poll(struct disk_tier *d, disk_done_fn cb, void *ctx)
 	return n;
 }
 
+/* After claims: the free slots again, the lowest on top. */
+static void rebuild_free(struct disk_tier *d)
+{
+	uint32_t n = 0;
+	for (uint32_t i = d->n_slots; i-- > 0;)
+		if (d->slot_used[i] == SLOT_FREE)
+			d->free_slots[n++] = i;
+	d->n_free_slots = n;
+	d->stack_stale = false;
+}
+
 int disk_slot_alloc(struct disk_tier *d)
 {
+	if (d->stack_stale)
+		rebuild_free(d);
 	if (!d->n_free_slots)
 		return -ENOSPC;
 	uint32_t s = d->free_slots[--d->n_free_slots];
-	d->slot_used[s] = 1;
+	d->slot_used[s] = SLOT_USED;
 	return (int)s;
 }
 
 int disk_slot_free(struct disk_tier *d, int slot)
 {
-	if (slot < 0 || (uint32_t)slot >= d->n_slots || !d->slot_used[slot])
+	if (slot < 0 || (uint32_t)slot >= d->n_slots || d->slot_used[slot] == SLOT_FREE)
 		return -EINVAL;
-	d->slot_used[slot] = 0;
+	if (d->stack_stale)
+		rebuild_free(d);
+	d->slot_used[slot] = SLOT_FREE;
 	d->free_slots[d->n_free_slots++] = (uint32_t)slot;
 	return 0;
+}
+
+int disk_slot_claim(struct disk_tier *d, int slot, uint64_t sum)
+{
+	if (slot < 0 || (uint32_t)slot >= d->n_slots)
+		return -ERANGE;
+	if (d->slot_used[slot] != SLOT_FREE)
+		return -EEXIST;
+	d->slot_used[slot] = SLOT_SUMMED;
+	d->slot_sum[slot] = sum;
+	d->n_free_slots--;
+	d->stack_stale = true;
+	return 0;
+}
+
+int disk_slot_sum(const struct disk_tier *d, int slot, uint64_t *sum)
+{
+	if (slot < 0 || (uint32_t)slot >= d->n_slots || d->slot_used[slot] != SLOT_SUMMED)
+		return -ENODATA;
+	*sum = d->slot_sum[slot];
+	return 0;
+}
+
+int disk_tier_sync(struct disk_tier *d)
+{
+	return fdatasync(d->fd) ? -errno : 0;
 }
 
 size_t disk_slot_bytes(const struct disk_tier *d)
@@ -336,6 +393,8 @@ static void complete(struct disk_tier *d, struct disk_op *op, int res, struct ba
 	} else if ((op->done += (uint32_t)res) < op->len) {
 		op->resubmits++;
 		start(d, op, b);
+	} else if (op->check && XXH3_64bits(op->buf, op->len) != op->sum) {
+		finish(d, op, -EBADMSG, b);
 	} else {
 		finish(d, op, 0, b);
 	}
@@ -370,10 +429,14 @@ static uint32_t take(struct disk_tier *d, struct batch *b, bool *stop)
 	d->sub_head += n;
 	pthread_mutex_unlock(&d->lock);
 	for (uint32_t i = 0; i < n; i++) {
-		if (fail)
-			finish(d, &d->ops[ids[i]], fail, b);
-		else
-			start(d, &d->ops[ids[i]], b);
+		struct disk_op *op = &d->ops[ids[i]];
+		if (fail) {
+			finish(d, op, fail, b);
+			continue;
+		}
+		if (op->write)
+			op->sum = XXH3_64bits(op->buf, op->len);
+		start(d, op, b);
 	}
 	return n;
 }
@@ -480,6 +543,21 @@ static bool register_host(struct disk_tier *d)
 	return rc == 0;
 }
 
+/* The block file: unnamed in dir, or dir/file as it is (made if missing). */
+static int open_file(const char *dir, const char *file, int flags)
+{
+	if (!file)
+		return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
+	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	int fd = openat(dfd, file, O_CREAT | O_RDWR | O_CLOEXEC | flags, 0600);
+	int e = errno;
+	close(dfd);
+	errno = e;
+	return fd;
+}
+
 static void tier_free(struct disk_tier *d)
 {
 	if (d->fd >= 0)
@@ -488,13 +566,14 @@ static void tier_free(struct disk_tier *d)
 		close(d->wake_fd);
 	free(d->free_slots);
 	free(d->slot_used);
+	free(d->slot_sum);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
-int disk_tier_open(const char *dir, size_t block_bytes, uint32_t max_blocks, void *host_base,
-		   size_t host_bytes, disk_wake_fn wake_fn, void *wake_ctx, struct disk_tier **out,
-		   char *err, size_t errlen)
+int disk_tier_open(const char *dir, const char *file, size_t block_bytes, uint32_t max_blocks,
+		   void *host_base, size_t host_bytes, disk_wake_fn wake_fn, void *wake_ctx,
+		   struct disk_tier **out, char *err, size_t errlen)
 {
 	if (!block_bytes || block_bytes > MAX_BLOCK_BYTES)
 		return atlas_errf(err, errlen, -EINVAL,
@@ -517,17 +596,17 @@ int disk_tier_open(const char *dir, size_t block_bytes, uint32_t max_blocks, voi
 	d->wake_ctx = wake_ctx;
 
 	d->direct = true;
-	d->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
+	d->fd = open_file(dir, file, O_DIRECT);
 	if (d->fd < 0 && errno == EINVAL) {
 		d->direct = false;
-		d->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		d->fd = open_file(dir, file, 0);
 	}
 	int rc;
 	if (d->fd < 0) {
 		rc = -errno;
 		tier_free(d);
-		return atlas_errf(err, errlen, rc, "hss disk: cannot create a block file in %s: %s",
-				  dir, strerror(-rc));
+		return atlas_errf(err, errlen, rc, "hss disk: cannot %s a block file in %s: %s",
+				  file ? "open" : "create", dir, strerror(-rc));
 	}
 	d->align = dio_align(d->fd);
 	d->slot_bytes = (block_bytes + d->align - 1) / d->align * d->align;
@@ -540,7 +619,8 @@ int disk_tier_open(const char *dir, size_t block_bytes, uint32_t max_blocks, voi
 	}
 	d->free_slots = malloc((size_t)max_blocks * sizeof *d->free_slots);
 	d->slot_used = calloc(max_blocks, 1);
-	if (!d->free_slots || !d->slot_used) {
+	d->slot_sum = calloc(max_blocks, sizeof *d->slot_sum);
+	if (!d->free_slots || !d->slot_used || !d->slot_sum) {
 		tier_free(d);
 		return atlas_errf(err, errlen, -ENOMEM, "hss disk: out of memory for %u slots",
 				  max_blocks);
@@ -585,7 +665,8 @@ int disk_tier_open(const char *dir, size_t block_bytes, uint32_t max_blocks, voi
 		tier_free(d);
 		return atlas_errf(err, errlen, rc, "hss disk: cannot start the I/O thread");
 	}
-	log_info("hss disk: %s: %u slots of %zu bytes, %s, %s", dir, max_blocks, d->slot_bytes,
+	log_info("hss disk: %s/%s: %u slots of %zu bytes, %s, %s", dir, file ? file : "(unnamed)",
+		 max_blocks, d->slot_bytes,
 		 d->direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
 		 d->fixed ? "fixed buffers" : "plain buffers");
 	*out = d;

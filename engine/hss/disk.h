@@ -4,6 +4,8 @@
  *
  *   disk_tier_open      the file, the ring, the I/O thread
  *   disk_slot_alloc     a free slot (the disk budget is max_blocks slots)
+ *   disk_slot_claim     mark a slot used that a named file kept (persistence)
+ *   disk_slot_sum       the checksum of what a slot holds
  *   disk_submit_write   queue a copy of host memory into a slot
  *   disk_submit_read    queue a copy of a slot into host memory
  *   disk_poll           collect finished operations: cb(ctx, tag, result)
@@ -22,17 +24,19 @@
  * submitted before the write to it has completed may see either contents.
  *
  * The file. One unnamed file (O_TMPFILE) in dir, so its space goes back to
- * the filesystem on close and on a crash alike, with no stale files to sweep.
- * Slot s is bytes [s * slot_bytes, (s + 1) * slot_bytes) of it; there is no
- * header. No space is reserved: the file grows as slots are written, and a
- * full filesystem fails the write that finds it full.
+ * the filesystem on close and on a crash alike, with no stale files to sweep;
+ * or, for persistence (engine/persist/), a named one that outlives the
+ * process: a restarted atlasd opens it again and claims the slots its
+ * manifest lists, so slot numbers need no translation. Slot s is bytes
+ * [s * slot_bytes, (s + 1) * slot_bytes) of it; there is no header. No space
+ * is reserved: the file grows as slots are written, and a full filesystem
+ * fails the write that finds it full.
  *
- * Persistence (not built yet) keeps this layout: it gives the file a name in
- * kv_dir (linkat of /proc/self/fd/N; an O_TMPFILE file opened without O_EXCL
- * may be linked) next to a manifest that holds what the blocks need to be
- * trusted (the model's identity, slot_bytes) and each parked session's slot
- * numbers. Slot numbers then need no translation: a restarted atlasd opens
- * the named file and marks the manifest's slots used.
+ * Checksums. The I/O thread hashes every block it writes (XXH3-64, some
+ * tens of GB/s against the disk's few) and the slot keeps the hash; a read of
+ * a slot with a known hash is checked against it and fails with -EBADMSG
+ * when the data differ (a torn or foreign file, a flipped bit). Claimed
+ * slots come with the hash their manifest recorded.
  *
  * Modes. The file is opened with O_DIRECT where the filesystem takes it (the
  * host tier's RAM is the cache; a page-cache copy would double it), else
@@ -87,14 +91,15 @@ struct disk_stats {
 	size_t align;                         /* of slots, transfers and host pointers */
 };
 
-/* Open the tier: an unnamed file in dir, room for max_blocks slots of
+/* Open the tier: an unnamed file in dir (file NULL) or dir/file as it is
+ * (made when missing, never truncated), room for max_blocks slots of
  * block_bytes (at most 1 GiB) rounded up to the O_DIRECT alignment (4096, or
  * the filesystem's larger one), and the host tier's region
  * [host_base, host_base + host_bytes) that every transfer reads or writes
  * (not owned; it must outlive the tier). wake_fn may be NULL. */
-int disk_tier_open(const char *dir, size_t block_bytes, uint32_t max_blocks, void *host_base,
-		   size_t host_bytes, disk_wake_fn wake_fn, void *wake_ctx, struct disk_tier **out,
-		   char *err, size_t errlen);
+int disk_tier_open(const char *dir, const char *file, size_t block_bytes, uint32_t max_blocks,
+		   void *host_base, size_t host_bytes, disk_wake_fn wake_fn, void *wake_ctx,
+		   struct disk_tier **out, char *err, size_t errlen);
 /* Stop the I/O thread and close everything. Operations in the kernel finish
  * first; queued ones are cancelled; finished operations not yet polled are
  * dropped without their callbacks. The file's space goes back. */
@@ -111,6 +116,14 @@ int disk_slot_alloc(struct disk_tier *d);
 /* Return a slot; its operations must have completed. -EINVAL for a slot that
  * is not allocated. */
 int disk_slot_free(struct disk_tier *d, int slot);
+/* Mark slot used, its data known to hash to sum (a named file's slot that a
+ * previous process wrote): -ERANGE past max_blocks, -EEXIST when used. */
+int disk_slot_claim(struct disk_tier *d, int slot, uint64_t sum);
+/* The hash of the data slot holds (written and polled, or claimed), or
+ * -ENODATA when none is known. */
+int disk_slot_sum(const struct disk_tier *d, int slot, uint64_t *sum);
+/* Make every write polled so far durable (fdatasync). Blocks. */
+int disk_tier_sync(struct disk_tier *d);
 
 /* Queue a copy of [host_ptr, host_ptr + slot_bytes) into slot (write) or of
  * slot into that memory (read); the memory is the I/O thread's until the

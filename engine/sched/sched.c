@@ -400,6 +400,15 @@ static void collect_lost(struct sched *s)
 		if (!r->seq.lost || r->forgotten)
 			continue;
 		const int rc = r->seq.lost;
+		if (rc == -EBADMSG) {
+			/* The data are not what was written (a kept block file changed
+			 * since): the tokens are, so it computes them again. */
+			seq_release(s->pool, &r->seq);
+			event(s, SCHED_DROPPED, r,
+			      "KV: a block read back from disk does not match its checksum; the "
+			      "context is recomputed");
+			continue;
+		}
 		sched_stop(s, r);
 		seq_release(s->pool, &r->seq);
 		event(s, SCHED_FAILED, r, "KV: reading its blocks back from the swap tier failed (%s)",

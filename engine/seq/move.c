@@ -57,8 +57,8 @@ static void on_io(void *ctx, uint64_t tag, int result)
 }
 
 int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir,
-		   uint64_t disk_bytes, void (*wake)(void *ctx), void *wake_ctx, char *err,
-		   size_t errlen)
+		   const char *disk_file, uint64_t disk_bytes, void (*wake)(void *ctx),
+		   void *wake_ctx, char *err, size_t errlen)
 {
 	const size_t block = (size_t)p->kv.bytes_per_block;
 	const bool disk = disk_dir && *disk_dir && disk_bytes;
@@ -96,7 +96,7 @@ int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir
 	uint64_t slots = disk_bytes / block;
 	if (slots > UINT32_MAX)
 		slots = UINT32_MAX;
-	if ((rc = disk_tier_open(disk_dir, block, (uint32_t)slots, p->host.mem,
+	if ((rc = disk_tier_open(disk_dir, disk_file, block, (uint32_t)slots, p->host.mem,
 				 (size_t)p->host.n_blocks * p->host.slot_bytes, wake, wake_ctx,
 				 &p->disk, err, errlen)))
 		return rc;
@@ -390,6 +390,81 @@ int seq_demote(struct seq_pool *p, struct seq *s)
 		advance(p, m);
 	}
 	return started;
+}
+
+int seq_to_disk(struct seq_pool *p, struct seq *s, int n_tokens)
+{
+	const int n = ATLAS_MIN(p->kv.n_layers ? kv_blocks_for(&p->kv, n_tokens) : 0, s->n_blocks);
+	int started = 0, stuck = 0;
+	if (!p->disk)
+		return n ? -ENOSPC : 0;
+	for (int b = 0; b < n && p->n_free_moves; b++) {
+		struct kv_ref *r = &s->blocks[b];
+		if (r->moving || r->tier == KV_TIER_DISK)
+			continue;
+		if (!movable(p, r)) {
+			stuck++;
+			continue;
+		}
+		const int disk = disk_slot_alloc(p->disk);
+		if (disk < 0) {
+			stuck++;
+			break;
+		}
+		struct seq_move *m = move_new(p, s, b, false);
+		m->disk = disk;
+		m->to_disk = 1;
+		if (r->tier == KV_TIER_HOST) {
+			m->host = (int)r->index;
+			m->stage = START_IO;
+		} else {
+			m->dev = (int)r->index;
+			m->stage = NEED_STAGING;
+			p->dev_freeing++;
+		}
+		started++;
+		advance(p, m);
+	}
+	return stuck ? -ENOSPC : started;
+}
+
+int seq_disk_slots(const struct seq_pool *p, const struct seq *s, int n_tokens, uint32_t *slots,
+		   uint64_t *sums)
+{
+	const int n = p->kv.n_layers ? kv_blocks_for(&p->kv, n_tokens) : 0;
+	if (n > s->n_blocks)
+		return -EINVAL;
+	for (int b = 0; b < n; b++) {
+		const struct kv_ref *r = &s->blocks[b];
+		if (r->moving || r->tier != KV_TIER_DISK)
+			return -EAGAIN;
+		if (disk_slot_sum(p->disk, (int)r->index, &sums[b]))
+			return -ENODATA;
+		slots[b] = r->index;
+	}
+	return 0;
+}
+
+int seq_adopt_disk(struct seq_pool *p, struct seq *s, int n_tokens, const uint32_t *slots,
+		   const uint64_t *sums, int n_blocks)
+{
+	if (!p->disk || !p->kv.n_layers || s->n_blocks || n_tokens <= 0 ||
+	    n_blocks != kv_blocks_for(&p->kv, n_tokens))
+		return -EINVAL;
+	int rc = seq_table_grow(s, n_blocks);
+	for (int b = 0; !rc && b < n_blocks; b++) {
+		if ((rc = disk_slot_claim(p->disk, (int)slots[b], sums[b])))
+			break;
+		s->blocks[s->n_blocks++] = (struct kv_ref){ .tier = KV_TIER_DISK, .index = slots[b] };
+	}
+	if (rc) {
+		for (int b = 0; b < s->n_blocks; b++)
+			disk_slot_free(p->disk, (int)s->blocks[b].index);
+		s->n_blocks = 0;
+		return rc;
+	}
+	s->n_tokens = n_tokens;
+	return 0;
 }
 
 bool seq_resident(const struct seq_pool *p, const struct seq *s, int n_tokens)

@@ -37,7 +37,7 @@ void seq_init(struct seq *s)
 	s->state_slot = s->snap_slot = -1;
 }
 
-static int table_grow(struct seq *s, int cap)
+int seq_table_grow(struct seq *s, int cap)
 {
 	if (cap <= s->cap)
 		return 0;
@@ -79,7 +79,7 @@ int seq_reserve(struct seq_pool *p, struct seq *s, int n_tokens)
 		add = 0;
 	if (add + (cow >= 0) > kv->n_free || (slot && !p->state.n_free))
 		return -ENOSPC;
-	if ((rc = table_grow(s, s->n_blocks + add)))
+	if ((rc = seq_table_grow(s, s->n_blocks + add)))
 		return rc;
 	if (cow >= 0) {
 		int fresh = kv_block_alloc(kv);
@@ -182,7 +182,7 @@ int seq_fork(struct seq_pool *p, struct seq *dst, const struct seq *src, int n_t
 	const bool partial = kv->n_layers && n_tokens % kv->block_size;
 	if (partial > kv->n_free || (from_slot >= 0 && !p->state.n_free))
 		return -ENOSPC;
-	if ((rc = table_grow(dst, full + partial)))
+	if ((rc = seq_table_grow(dst, full + partial)))
 		return rc;
 	for (int i = 0; i < full + partial; i++)
 		if (src->blocks[i].tier != KV_TIER_DEVICE || src->blocks[i].moving)

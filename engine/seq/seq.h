@@ -162,16 +162,21 @@ void seq_free(struct seq_pool *p, struct seq *s);
  * n_tokens. */
 int seq_resolve(const struct seq_pool *p, const struct seq *s, int n_tokens, int32_t *ids,
 		int max_ids);
+/* Room for cap entries in s's block table (move.c fills one too). */
+int seq_table_grow(struct seq *s, int cap);
+
 /* Blocks of s per tier. */
 void seq_count(const struct seq *s, uint32_t counts[KV_TIERS]);
 
 /* ---- moves between tiers (move.c) ---- */
 
 /* The host tier (host_bytes of host memory; 0: none) and the disk tier
- * (disk_bytes of files in disk_dir; "" or 0: none), after seq_pool_init. */
+ * (disk_bytes in disk_dir; "" or 0: none), after seq_pool_init. The disk
+ * tier's file is unnamed, or disk_dir/disk_file kept as it is (persistence,
+ * disk.h). */
 int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir,
-		   uint64_t disk_bytes, void (*wake)(void *ctx), void *wake_ctx, char *err,
-		   size_t errlen);
+		   const char *disk_file, uint64_t disk_bytes, void (*wake)(void *ctx),
+		   void *wake_ctx, char *err, size_t errlen);
 /* Start moving s's device blocks away (to host slots, or through staging to
  * disk when the host tier is full); blocks shared with another sequence
  * stay. The device blocks are free once the moves end. Returns the number
@@ -179,6 +184,24 @@ int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir
 int seq_park(struct seq_pool *p, struct seq *s);
 /* Start writing s's blocks in host slots to disk; returns the number started. */
 int seq_demote(struct seq_pool *p, struct seq *s);
+/* Start moving every block of s that holds one of positions [0, n_tokens)
+ * and is not on disk yet there (device blocks through staging); the number
+ * started, or -ENOSPC when a block finds no disk slot or is shared with
+ * another sequence (the others start). Call again as moves end: 0 with
+ * n_moving 0 means every one is on disk. */
+int seq_to_disk(struct seq_pool *p, struct seq *s, int n_tokens);
+/* Where the blocks of positions [0, n_tokens) are on disk: their slots and
+ * the hashes of their data (each [kv_blocks_for(n_tokens)]); -EAGAIN when
+ * one is elsewhere or moving, -ENODATA when a hash is unknown. */
+int seq_disk_slots(const struct seq_pool *p, const struct seq *s, int n_tokens, uint32_t *slots,
+		   uint64_t *sums);
+/* An empty s takes n_blocks blocks that a previous process left in the
+ * disk tier's named file, holding positions [0, n_tokens): it claims their
+ * slots with their hashes (a read checks the data against them). Nothing is
+ * claimed on failure: -ERANGE or -EEXIST (disk_slot_claim), -EINVAL when
+ * n_blocks is not what n_tokens needs, -ENOMEM. */
+int seq_adopt_disk(struct seq_pool *p, struct seq *s, int n_tokens, const uint32_t *slots,
+		   const uint64_t *sums, int n_blocks);
 /* Bring the blocks holding positions [0, n_tokens) back where a step can
  * read them: the first host_blocks at least to the host tier (from disk;
  * to the device when the host tier has no free slot), the rest to the

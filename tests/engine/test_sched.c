@@ -155,7 +155,7 @@ static void test_moving_blocks_defer_their_request(void **state)
 	snprintf(dir, sizeof dir, "%s/sched-XXXXXX", build ? build : "/tmp");
 	assert_non_null(mkdtemp(dir));
 	setup(&f, 16);
-	assert_int_equal(seq_pool_tiers(&f.pool, 0, dir, 64 * 1024, NULL, NULL, err, sizeof err),
+	assert_int_equal(seq_pool_tiers(&f.pool, 0, dir, NULL, 64 * 1024, NULL, NULL, err, sizeof err),
 			 0);
 	submit(&f, 0, 20);
 	submit(&f, 1, 4);

@@ -372,7 +372,7 @@ static void test_park_and_restore_in_waves(void **state)
 	struct seq_pool p;
 	char err[ATLAS_ERRLEN];
 	pool(&p, N + 10, false, 0);
-	assert_int_equal(seq_pool_tiers(&p, (uint64_t)(N + 10) * 4096, NULL, 0, NULL, NULL, err,
+	assert_int_equal(seq_pool_tiers(&p, (uint64_t)(N + 10) * 4096, NULL, NULL, 0, NULL, NULL, err,
 					sizeof err), 0);
 	struct seq a;
 	seq_init(&a);
@@ -440,7 +440,7 @@ static void test_restore_past_a_full_host_tier(void **state)
 	char err[ATLAS_ERRLEN], dir[] = "/tmp/atlas-test-seq-XXXXXX";
 	assert_non_null(mkdtemp(dir));
 	pool(&p, 4, false, 0);
-	assert_int_equal(seq_pool_tiers(&p, 2 * 4096, dir, 16 * 4096, NULL, NULL, err, sizeof err),
+	assert_int_equal(seq_pool_tiers(&p, 2 * 4096, dir, NULL, 16 * 4096, NULL, NULL, err, sizeof err),
 			 0);
 	assert_int_equal(p.host.n_free, 2);
 	struct seq a, hog;

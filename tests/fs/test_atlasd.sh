@@ -151,6 +151,30 @@ stop_with kill -TERM "$pid"
 start
 stop_with fusermount3 -u "$mnt"
 
+# kv_persist: a session made with mkdir comes back after a restart with its
+# history, and its next turn computes only its new tokens.
+mkdir "$tmp/kv" || fail "mkdir $tmp/kv"
+plain=$opts
+opts="$plain,kv_persist=true,kv_dir=$tmp/kv,kv_disk_memory=64M"
+start
+mkdir "$mnt/kept" || fail "mkdir kept"
+ask kept "$tmp/k1"
+ctx1=$(value kept/status context_tokens)
+stop_with kill -TERM "$pid"
+[ -f "$tmp/kv/atlas-sessions.json" ] || fail "no manifest in kv_dir after a stop"
+start
+[ -d "$mnt/kept" ] || fail "the session kept did not come back: $(ls "$mnt")"
+[ "$(value kept/status turns)" = 1 ] || fail "kept turns: $(value kept/status turns)"
+grep -qF "$prompt" "$mnt/kept/history" || fail "kept/history lost its turn"
+before=$(value ctl/engine step_tokens_total)
+ask kept "$tmp/k2"
+computed=$(($(value ctl/engine step_tokens_total) - before))
+new=$(($(value kept/status context_tokens) - ctx1))
+[ "$computed" = "$new" ] ||
+	fail "the turn after a restart computed $computed tokens, not its $new new ones"
+stop_with fusermount3 -u "$mnt"
+opts=$plain
+
 # Errors stop startup with exit status 1 and a message naming what is wrong.
 expect_error() {
 	what=$1

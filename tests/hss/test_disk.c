@@ -6,7 +6,9 @@
  * RLIMIT_MEMLOCK; a full filesystem (a 264 KiB tmpfs): the writes that find
  * it full fail with -ENOSPC and nothing else does, the one that fills it
  * first writes part of its block and then fails; a read past the end of
- * the file fails with -EIO; the refusals of bad arguments; close with
+ * the file fails with -EIO; a named file reopened by a second tier, its
+ * slot claimed with the first tier's hash, and a changed byte caught by the
+ * checksum (-EBADMSG); the refusals of bad arguments; close with
  * operations in flight. Every byte read back is checked; every wait has a
  * deadline. Cases that need a mount or a filesystem this machine lacks are
  * skipped with a message.
@@ -145,7 +147,7 @@ static void alloc_host(struct fx *f, size_t bytes)
 static int open_tier(struct fx *f, size_t block_bytes, uint32_t max_blocks)
 {
 	char err[ATLAS_ERRLEN];
-	int rc = disk_tier_open(f->dir, block_bytes, max_blocks, f->host, f->host_bytes, on_wake, f,
+	int rc = disk_tier_open(f->dir, NULL, block_bytes, max_blocks, f->host, f->host_bytes, on_wake, f,
 				&f->d, err, sizeof err);
 	if (rc)
 		printf("disk_tier_open: %s\n", err);
@@ -572,6 +574,73 @@ static void test_read_past_end(void **state)
 	check(f->host + 3 * 4096, 4096, 3);
 }
 
+static int open_named(struct fx *f, const char *file, size_t block_bytes, uint32_t max_blocks)
+{
+	char err[ATLAS_ERRLEN];
+	int rc = disk_tier_open(f->dir, file, block_bytes, max_blocks, f->host, f->host_bytes,
+				on_wake, f, &f->d, err, sizeof err);
+	if (rc)
+		printf("disk_tier_open: %s\n", err);
+	return rc;
+}
+
+/* A named file outlives its tier: a second tier on it claims a slot with
+ * the hash the first one computed and reads the data back; after a byte of
+ * the file changed, the same read fails with -EBADMSG. */
+static void test_named_file_and_checksums(void **state)
+{
+	struct fx *f = *state;
+	const char *parent = getenv("ATLAS_BUILD_ROOT");
+	if (!make_dir(f, parent ? parent : "/var/tmp"))
+		assert_true(make_dir(f, "/tmp"));
+	alloc_host(f, 4 * 4096);
+	uint64_t sum;
+	assert_int_equal(open_named(f, "blocks", 4096, 8), 0);
+	assert_int_equal(disk_slot_alloc(f->d), 0);
+	assert_int_equal(disk_slot_alloc(f->d), 1);
+	assert_int_equal(disk_slot_sum(f->d, 1, &sum), -ENODATA);
+	fill(f->host, 4096, 5);
+	submit(f, true, 1, f->host, 0);
+	assert_true(wait_done(f, 1));
+	assert_int_equal(f->result[0], 0);
+	assert_int_equal(disk_slot_sum(f->d, 1, &sum), 0);
+	assert_int_equal(disk_tier_sync(f->d), 0);
+	close_tier(f);
+
+	for (int life = 0; life < 2; life++) {
+		assert_int_equal(open_named(f, "blocks", 4096, 8), 0);
+		assert_int_equal(disk_slot_claim(f->d, 8, sum), -ERANGE);
+		assert_int_equal(disk_slot_claim(f->d, 1, sum), 0);
+		assert_int_equal(disk_slot_claim(f->d, 1, sum), -EEXIST);
+		assert_int_equal(stats(f).slots_used, 1);
+		assert_int_equal(disk_slot_alloc(f->d), 0);     /* the lowest free one */
+		assert_int_equal(disk_slot_alloc(f->d), 2);
+		memset(f->host + 4096, 0, 4096);
+		const int done = f->n_done;
+		submit(f, false, 1, f->host + 4096, 1 + (uint64_t)life);
+		assert_true(wait_done(f, done + 1));
+		if (life == 0) {
+			assert_int_equal(f->result[1], 0);
+			check(f->host + 4096, 4096, 5);
+		} else {
+			assert_int_equal(f->result[2], -EBADMSG);
+		}
+		close_tier(f);
+		/* Between the lives, one byte of slot 1 changes. */
+		char path[PATH_MAX + 16];
+		snprintf(path, sizeof path, "%s/blocks", f->dir);
+		int fd = open(path, O_RDWR);
+		assert_true(fd >= 0);
+		uint8_t b = 0;
+		assert_int_equal(pread(fd, &b, 1, 4096 + 77), 1);
+		b ^= 1;
+		assert_int_equal(pwrite(fd, &b, 1, 4096 + 77), 1);
+		close(fd);
+		if (life == 1)
+			assert_int_equal(unlink(path), 0);
+	}
+}
+
 /* What open and submit refuse, and the slot allocator's edges. */
 static void test_refusals(void **state)
 {
@@ -580,16 +649,16 @@ static void test_refusals(void **state)
 	alloc_host(f, 4 * 4096 + 4096);
 	char err[ATLAS_ERRLEN];
 	struct disk_tier *d = NULL;
-	assert_int_equal(disk_tier_open(f->dir, 0, 4, f->host, f->host_bytes, NULL, NULL, &d, err,
+	assert_int_equal(disk_tier_open(f->dir, NULL, 0, 4, f->host, f->host_bytes, NULL, NULL, &d, err,
 					sizeof err), -EINVAL);
-	assert_int_equal(disk_tier_open(f->dir, 4096, 0, f->host, f->host_bytes, NULL, NULL, &d,
+	assert_int_equal(disk_tier_open(f->dir, NULL, 4096, 0, f->host, f->host_bytes, NULL, NULL, &d,
 					err, sizeof err), -EINVAL);
-	assert_int_equal(disk_tier_open(f->dir, 4096, 4, NULL, f->host_bytes, NULL, NULL, &d, err,
+	assert_int_equal(disk_tier_open(f->dir, NULL, 4096, 4, NULL, f->host_bytes, NULL, NULL, &d, err,
 					sizeof err), -EINVAL);
-	assert_int_equal(disk_tier_open(f->dir, 8192, 4, f->host, 4096, NULL, NULL, &d, err,
+	assert_int_equal(disk_tier_open(f->dir, NULL, 8192, 4, f->host, 4096, NULL, NULL, &d, err,
 					sizeof err), -EINVAL);
 	assert_non_null(strstr(err, "holds no slot"));
-	assert_int_equal(disk_tier_open("/nonexistent/kv", 4096, 4, f->host, f->host_bytes, NULL,
+	assert_int_equal(disk_tier_open("/nonexistent/kv", NULL, 4096, 4, f->host, f->host_bytes, NULL,
 					NULL, &d, err, sizeof err), -ENOENT);
 	assert_non_null(strstr(err, "/nonexistent/kv"));
 	assert_null(d);
@@ -655,6 +724,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fixed_buffers_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_enospc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_past_end, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_named_file_and_checksums, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_close_in_flight, setup, teardown),
 	};
