@@ -13,8 +13,9 @@
 #    default_model; the other fs tests pin the cpu backend), and the gpu
 #    suite (ops-cuda: tests/ops/test_ops cuda) checks every op case on cuda
 #    against the cpu backend;
-# 2. the engine invariants (tests/engine: test_engine, and test_swap for the
-#    KV swap tier) with ATLAS_TEST_BACKEND=cuda, on each of the five
+# 2. the engine invariants (tests/engine: test_engine, test_swap for the
+#    KV swap tier, test_persist for kept sessions) with
+#    ATLAS_TEST_BACKEND=cuda, on each of the five
 #    transformers test models, and the scripted family's
 #    forward pass (tests/model/test_script.c) on cuda;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
@@ -50,6 +51,9 @@ for m in tests/fidelity/models/*/; do
 	ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_swap "$m" \
 		>"$out/swap-cuda-${m##*/}.log" 2>&1 || failed=$((failed + 1))
 	echo "${m##*/} swap: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/swap-cuda-${m##*/}.log" | tr '\n' ' ')"
+	ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_persist "$m" \
+		>"$out/persist-cuda-${m##*/}.log" 2>&1 || failed=$((failed + 1))
+	echo "${m##*/} persist: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/persist-cuda-${m##*/}.log" | tr '\n' ' ')"
 done
 
 part scripted family on cuda

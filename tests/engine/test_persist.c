@@ -30,6 +30,7 @@
 static const char *model_dir;
 static char kv_dir[256], other_dir[256];
 static uint64_t block_bytes;
+static int vocab;                   /* prompt ids stay below it */
 
 #define TURNS 5
 #define MAX_TOKENS 8
@@ -52,6 +53,7 @@ static struct atlas_engine *open_engine(const char *model, bool persist)
 	if (atlas_engine_open(&c, &e, err, sizeof err))
 		fail_msg("atlas_engine_open: %s", err);
 	atlas_engine_set_notify(e, et_on_notify, NULL);
+	vocab = atlas_engine_vocab_size(e) < 1000 ? atlas_engine_vocab_size(e) : 1000;
 	if (!block_bytes) {
 		struct atlas_engine_stats *st = malloc(sizeof *st);
 		atlas_engine_stats(e, st);
@@ -76,7 +78,7 @@ static void run_turn(struct atlas_session *s, int t, int32_t *out)
 	int32_t ids[64], *prompt, *gen;
 	size_t np, ng;
 	char err[ATLAS_ERRLEN];
-	et_prompt_ids(ids, prompt_len[t], 500u + (uint32_t)t, 1000);
+	et_prompt_ids(ids, prompt_len[t], 500u + (uint32_t)t, vocab);
 	assert_int_equal(atlas_session_submit_tokens(s, ids, (size_t)prompt_len[t], err,
 						     sizeof err), (int)atlas_session_newest_turn(s) + 1);
 	const uint64_t turn = atlas_session_newest_turn(s);
@@ -196,7 +198,7 @@ static void test_sessions_survive_a_restart(void **state)
 	run_turn(a, 0, ids);
 	assert_memory_equal(ids, reference[0], sizeof ids);
 	int32_t pb[20];
-	et_prompt_ids(pb, 20, 77, 1000);
+	et_prompt_ids(pb, 20, 77, vocab);
 	assert_int_equal(atlas_session_submit_tokens(b, pb, 20, err, sizeof err), 1);
 	assert_int_equal(et_wait_turn(b, 1, NULL, 0, 0), 0);
 	char out_a[256];
@@ -267,6 +269,11 @@ static void test_sessions_survive_a_restart(void **state)
 	rows = resume(e, a, 4);
 	assert_int_equal(rows, context_tokens(a) - 1);
 	stop(e);
+	snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+	if (access(path, F_OK)) {
+		printf("%s has no tokenizer: another tokenizer is not tried\n", model_dir);
+		return;
+	}
 	model_copy_with("tokenizer.json");
 	e = open_engine(other_dir, true);
 	assert_int_equal(atlas_engine_kept(e, names, 4), 0);
