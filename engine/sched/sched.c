@@ -311,12 +311,14 @@ static bool preempt(struct sched *s, struct sched_req *keep)
 enum room { ROOM_OK, ROOM_WAIT, ROOM_FAILED };
 
 /* Start writing the host blocks of the least recently used idle request
- * to disk, to make room on the host tier; whether any started. */
+ * to disk, to make room on the host tier; whether any started. A request
+ * whose last write failed is not tried again: the disk is full or failing,
+ * and moves that keep failing would keep the planner waiting on them. */
 static bool demote_idle(struct sched *s)
 {
 	struct sched_req *lru = NULL;
 	for (struct sched_req *r = s->reqs; r; r = r->next) {
-		if (r->phase == REQ_RUNNING || r->forgotten)
+		if (r->phase == REQ_RUNNING || r->forgotten || r->seq.move_error)
 			continue;
 		uint32_t counts[KV_TIERS];
 		seq_count(&r->seq, counts);
