@@ -21,6 +21,7 @@
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const load_format_names[] = { "files", "dummy", NULL };
 static const char *const mode_names[] = { "auto", "chat", "raw", NULL };
+static const char *const spec_names[] = { "off", "auto", "ngram", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 
 /* offsetof(struct atlas_config, f), refusing to compile when f is not a T. */
@@ -166,6 +167,28 @@ const struct atlas_key atlas_keys[] = {
 	    "answer."),
 	STRING("sessions", system, "",
 	       "System prompt of a new chat session, empty for none. Write a line break as \\n."),
+
+	ENUM("spec", spec, enum atlas_spec, spec_names, "auto",
+	     "Speculative decoding of a new session (its ctl key spec): draft a few tokens "
+	     "cheaply, then check them all with one forward pass of the model and keep those it "
+	     "agrees with. off never drafts; ngram drafts what followed the newest earlier "
+	     "occurrence of the context's last few tokens (prompt lookup, no model needed: fast "
+	     "on text that repeats or edits its input); auto uses the best drafter there is "
+	     "(ngram). The output is the same with it on or off, greedy or sampled with a seed."),
+	INT("spec", spec_k, 1, ATLAS_SPEC_K_MAX, "4",
+	    "Most draft tokens one verification checks (a new session's ctl key spec_k), at "
+	    "most 8. The gate may use fewer."),
+	INT("spec", spec_ngram_min, 1, ATLAS_SPEC_NGRAM_MAX, "2",
+	    "Shortest run of the context's last tokens that prompt lookup matches (ngram)."),
+	INT("spec", spec_ngram_max, 1, ATLAS_SPEC_NGRAM_MAX, "4",
+	    "Longest run of the context's last tokens that prompt lookup matches; the longest "
+	    "that occurred before wins."),
+	BOOL("spec", spec_gate, "true",
+	     "Per session, track how many drafts are accepted and draft only where verifying "
+	     "them is expected to beat plain decoding, by the step times measured on this "
+	     "device; prompt lookup keeps checking its drafts against the tokens that come, so "
+	     "that a session that starts repeating itself gets speculation back. false drafts "
+	     "at every step (measurements and tests)."),
 
 	STRING("fs", mountpoint, "",
 	       "Directory where atlasd mounts the filesystem. A mountpoint given on atlasd's "
@@ -612,6 +635,10 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_persist': keeping sessions needs a disk tier (kv_dir and "
 				  "kv_disk_memory)");
+	if (c->spec_ngram_min > c->spec_ngram_max)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'spec_ngram_min': %d is more than spec_ngram_max (%d)",
+				  c->spec_ngram_min, c->spec_ngram_max);
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");
@@ -621,6 +648,21 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 const char *atlas_mode_name(enum atlas_mode m)
 {
 	return (unsigned)m < ATLAS_ARRAY_LEN(mode_names) - 1 ? mode_names[m] : "?";
+}
+
+const char *atlas_spec_name(enum atlas_spec m)
+{
+	return (unsigned)m < ATLAS_ARRAY_LEN(spec_names) - 1 ? spec_names[m] : "?";
+}
+
+int atlas_spec_parse(const char *text, enum atlas_spec *out)
+{
+	for (int i = 0; spec_names[i]; i++)
+		if (!strcmp(text, spec_names[i])) {
+			*out = (enum atlas_spec)i;
+			return 0;
+		}
+	return -EINVAL;
 }
 
 const char *atlas_config_model_dir(const struct atlas_config *c)

@@ -24,6 +24,14 @@
 
 enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
 
+/* Speculative decoding of a session: no drafts, the best drafter the engine
+ * has, or prompt lookup over the session's own context. */
+enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM };
+/* Most draft tokens one verify takes (spec_k), and the n-gram lengths of
+ * prompt lookup. */
+#define ATLAS_SPEC_K_MAX 8
+#define ATLAS_SPEC_NGRAM_MAX 16
+
 struct atlas_config {
 	/* [model] */
 	char model[ATLAS_PATH_MAX];     /* Hugging Face model directory, or a shape name (dummy) */
@@ -59,6 +67,12 @@ struct atlas_config {
 	int max_tokens;
 	uint64_t seed;
 	char system[ATLAS_SYSTEM_MAX];  /* default system prompt, "" for none */
+
+	/* [spec] */
+	enum atlas_spec spec;           /* speculative decoding of a new session */
+	int spec_k;                     /* most draft tokens of one verify */
+	int spec_ngram_min, spec_ngram_max;     /* n-gram lengths prompt lookup tries */
+	bool spec_gate;                 /* turn speculation off where it does not pay */
 
 	/* [fs] */
 	char mountpoint[ATLAS_PATH_MAX];
@@ -96,5 +110,8 @@ const char *atlas_config_model_dir(const struct atlas_config *c);
 /* Parse "512", "64K", "2M", "1G" (powers of 1024). */
 int atlas_parse_size(const char *text, uint64_t *out);
 const char *atlas_mode_name(enum atlas_mode m);
+const char *atlas_spec_name(enum atlas_spec m);
+/* The spec mode named text; -EINVAL for an unknown name. */
+int atlas_spec_parse(const char *text, enum atlas_spec *out);
 
 #endif

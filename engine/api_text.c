@@ -133,6 +133,18 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 		p->ignore_eos = x;
 		return 0;
 	}
+	if (strcmp(key, "spec") == 0) {
+		if (atlas_spec_parse(value, &p->spec))
+			return atlas_errf(err, errlen, -EINVAL, "spec: '%s' is not off, auto or ngram",
+					  value);
+		return 0;
+	}
+	if (strcmp(key, "spec_k") == 0) {
+		if ((rc = parse_long(key, value, 1, ATLAS_SPEC_K_MAX, &x, err, errlen)))
+			return rc;
+		p->spec_k = (int)x;
+		return 0;
+	}
 	if (strcmp(key, "mode") == 0) {
 		if (strcmp(value, "chat") == 0)
 			p->mode = ATLAS_MODE_CHAT;
@@ -177,7 +189,8 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 	}
 	return atlas_errf(err, errlen, -EINVAL,
 			  "unknown setting '%s' (temperature, top_p, top_k, max_tokens, seed, "
-			  "mode, ignore_eos, stop, system; commands: cancel, reset)", key);
+			  "mode, ignore_eos, spec, spec_k, stop, system; commands: cancel, reset)",
+			  key);
 }
 
 size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len)
@@ -192,6 +205,8 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len)
 	OUT("seed %" PRIu64 "\n", p->seed);
 	OUT("mode %s\n", p->mode == ATLAS_MODE_CHAT ? "chat" : "raw");
 	OUT("ignore_eos %d\n", p->ignore_eos);
+	OUT("spec %s\n", atlas_spec_name(p->spec));
+	OUT("spec_k %d\n", p->spec_k);
 	if (p->n_stop == 0)
 		OUT("stop\n");
 	for (int i = 0; i < p->n_stop; i++) {

@@ -119,8 +119,8 @@ static void apply_events(struct atlas_engine *e)
 			continue;
 		struct atlas_session *s = session_of(r);
 		bool last = (size_t)(c->seqs[i].pos0 + c->seqs[i].n_rows) == r->n_tokens;
-		s->state = c->seqs[i].n_rows > 1 || !last ? ATLAS_STATE_PREFILL
-							  : ATLAS_STATE_DECODE;
+		s->state = e->sched.drafts_of[i] || (c->seqs[i].n_rows == 1 && last)
+				   ? ATLAS_STATE_DECODE : ATLAS_STATE_PREFILL;
 		s->notify = true;
 	}
 	if (e->step_fn)
@@ -128,7 +128,7 @@ static void apply_events(struct atlas_engine *e)
 			e->cmd.out[i].keep = 1;
 }
 
-/* Hand each sequence of the step its sampled token or its logits rows. */
+/* Hand each sequence of the step its sampled tokens or its logits rows. */
 static void deliver_result(struct atlas_engine *e, const struct step_result *res)
 {
 	const struct step_cmd *c = &e->cmd;
@@ -137,6 +137,12 @@ static void deliver_result(struct atlas_engine *e, const struct step_result *res
 		const struct step_seq *q = &c->seqs[i];
 		struct sched_req *r = e->sched.reqs_of[i];
 		const bool current = !r->forgotten && r->epoch == e->sched.epoch_of[i];
+		if (e->sched.drafts_of[i]) {
+			spec_settle(e, i, res, out);
+			for (; out < c->n_out && c->out[out].row < q->row + q->n_rows; out++)
+				kept += c->out[out].keep;
+			continue;
+		}
 		for (; out < c->n_out && c->out[out].row < q->row + q->n_rows; out++) {
 			const float *row = c->out[out].keep
 				? res->logits + (size_t)kept++ * (size_t)e->vocab : NULL;
@@ -157,11 +163,16 @@ static void run_step(struct atlas_engine *e)
 	uint64_t t0 = atlas_now_ns();
 	pthread_mutex_unlock(&e->lock);
 	int rc = exec_run(e->x, &e->cmd, &res, err, sizeof err);
+	const uint64_t t1 = atlas_now_ns();
 	if (!rc && e->step_fn)
 		e->step_fn(e->step_ctx, &e->cmd, &res);
 	pthread_mutex_lock(&e->lock);
 	e->busy_s += (double)(atlas_now_ns() - t0) * 1e-9;
 	if (!rc) {
+		/* The gate's costs: steps that read host-tier KV cost what the
+		 * link does, not what their rows do. */
+		if (!e->x->stage.n_pieces)
+			spec_measure(e, e->cmd.n_rows, (double)(t1 - t0) * 1e-9);
 		sched_commit(&e->sched, &e->cmd);
 		e->step_tokens_total += (uint64_t)e->cmd.n_rows;
 		deliver_result(e, &res);
@@ -224,6 +235,7 @@ static void *engine_main(void *arg)
 			continue;
 		}
 		logits_job_start(e);
+		spec_plan(e);
 		if (sched_plan(&e->sched, &e->cmd) > 0 || e->sched.n_events) {
 			apply_events(e);
 			if (e->cmd.n_seqs)
@@ -244,6 +256,7 @@ static void *engine_main(void *arg)
 
 static void engine_free(struct atlas_engine *e)
 {
+	spec_close(e);
 	sched_free(&e->sched);
 	step_cmd_free(&e->cmd);
 	exec_close(e->x);
@@ -254,13 +267,21 @@ static void engine_free(struct atlas_engine *e)
 	free(e);
 }
 
-/* A step holds every session's slot, or one tools request. */
+/* The draft rows of one step: verify segments take them out of the chunk
+ * budget, at most ATLAS_SPEC_K_MAX per session. */
+static int spec_rows(const struct atlas_config *c)
+{
+	return ATLAS_MIN(c->chunk_size, c->max_batch * ATLAS_SPEC_K_MAX);
+}
+
+/* A step holds every session's slot, or one tools request; every decode
+ * row and every draft row gives logits. */
 void engine_step_limits(const struct atlas_config *c, struct step_limits *l)
 {
 	*l = (struct step_limits){
 		.max_seqs = c->max_batch,
 		.max_rows = c->chunk_size + c->max_batch,
-		.max_out = ATLAS_MAX(c->max_batch, ENGINE_LOGITS_CHUNK),
+		.max_out = ATLAS_MAX(c->max_batch + spec_rows(c), ENGINE_LOGITS_CHUNK),
 	};
 }
 
@@ -300,9 +321,11 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 		return rc;
 	if ((rc = step_cmd_alloc(&e->cmd, &e->x->lim)) ||
 	    (rc = sched_init(&e->sched, &e->x->pool, slots, c->chunk_size,
-			     ATLAS_MIN(c->chunk_size, lim.max_out), e->x->geo.max_blocks,
-			     lim.max_seqs, c->kv_device_blocks_per_seq)))
+			     ATLAS_MIN(c->chunk_size, ENGINE_LOGITS_CHUNK), e->x->geo.max_blocks,
+			     lim.max_seqs, c->kv_device_blocks_per_seq)) ||
+	    (rc = spec_open(e)))
 		return atlas_errf(err, errlen, rc, "out of memory for the scheduler");
+	e->sched.spec_rows = spec_rows(c);
 	if ((rc = persist_restore(e)))
 		return atlas_errf(err, errlen, rc, "kv_persist: out of memory for the kept sessions");
 	return 0;

@@ -75,6 +75,8 @@ struct atlas_params {
 	enum atlas_mode mode;           /* chat or raw (never auto once a session exists) */
 	bool ignore_eos;                /* generate max_tokens even past end-of-sequence
 					 * tokens (benchmarks) */
+	enum atlas_spec spec;           /* speculative decoding: off, auto, ngram */
+	int spec_k;                     /* most draft tokens one verify checks, 1..ATLAS_SPEC_K_MAX */
 	int n_stop;
 	char stop[ATLAS_STOP_MAX][ATLAS_STOP_LEN];
 	char system[ATLAS_SYSTEM_MAX];  /* chat mode's system prompt, "" for none */
@@ -162,7 +164,7 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 /* ---- engine-wide stats (ctl/ files): one consistent snapshot ---- */
 
 #define ATLAS_MAX_SLOTS 256
-#define ATLAS_SPEC_POSITIONS 8
+#define ATLAS_SPEC_POSITIONS ATLAS_SPEC_K_MAX
 
 struct atlas_slot_stats {
 	int slot;
@@ -170,7 +172,10 @@ struct atlas_slot_stats {
 	enum atlas_state state;
 	uint64_t position;                /* tokens in the sequence's KV */
 	uint32_t kv_blocks[ATLAS_TIERS];
-	double draft_acceptance;          /* 0..1, 0 without speculation */
+	double draft_acceptance;          /* 0..1 of its session's draft tokens, 0 without any */
+	char spec[8];                     /* its speculation now: "off", "on" (drafting) or
+					   * "gated" (drafts would not pay; prompt lookup keeps
+					   * checking them against the tokens that come) */
 	double tokens_per_s;
 };
 
@@ -194,10 +199,18 @@ struct atlas_kv_stats {
 };
 
 struct atlas_spec_stats {
-	char method[16];                  /* "off", "ngram", "mtp" */
-	uint64_t drafts_total, draft_tokens_total, accepted_tokens_total;
-	double acceptance_by_position[ATLAS_SPEC_POSITIONS];
-	double mean_accepted_length;
+	char method[16];                  /* a new session's spec setting: "off", "auto", "ngram" */
+	uint64_t drafts_total;            /* verifications of one session's drafts */
+	uint64_t draft_tokens_total;      /* draft tokens verified */
+	uint64_t accepted_tokens_total;   /* draft tokens the model agreed with */
+	uint64_t gated_total;             /* decode steps of sessions whose gate held drafts back */
+	double acceptance_by_position[ATLAS_SPEC_POSITIONS];  /* accepted / verified, by the
+							       * draft token's place */
+	double mean_accepted_length;      /* accepted draft tokens per verification (the step
+					   * makes one more token than that) */
+	double step_seconds_decode;       /* the gate's cost model: a step of one decode row */
+	double step_seconds_verify[ATLAS_SPEC_POSITIONS];  /* ... of one row and k drafts,
+							    * k = 1..8 (0: not measured) */
 };
 
 struct atlas_ep_stats {

@@ -22,6 +22,8 @@
 
 #include "engine/engine.h"
 #include "engine/sched/sched.h"
+#include "engine/spec/gate.h"
+#include "engine/spec/ngram.h"
 #include "engine/step/exec.h"
 #include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -42,6 +44,19 @@ struct turn {
 	uint64_t t_submit_ns, t_first_ns, t_last_ns;
 };
 
+/* A session's speculative decoding (engine/speculate.c). */
+struct spec_session {
+	struct ngram_index ngram;       /* prompt lookup over the session's context */
+	struct spec_accept accept;      /* the gate's acceptance estimate */
+	int32_t shadow[ATLAS_SPEC_K_MAX];       /* drafts the gate held back: guesses of
+						 * tokens[shadow_at, shadow_at + n_shadow) */
+	int n_shadow;
+	size_t shadow_at;
+	bool drafting;                  /* the last plan sent drafts */
+	bool gated;                     /* the last plan held drafts back */
+	uint64_t draft_tokens, accepted;        /* verified and accepted draft tokens */
+};
+
 struct atlas_session {
 	struct atlas_engine *e;
 	char name[64];
@@ -55,6 +70,7 @@ struct atlas_session {
 	/* The context (every token of every turn, prompt and generated) and its
 	 * device state: req.tokens[0, req.n_tokens), K/V of req.seq.n_tokens. */
 	struct sched_req req;
+	struct spec_session spec;
 
 	/* Turns: turns[i] has number first_turn + i; a reset forgets them all and
 	 * later turns keep counting, so a reader of a forgotten turn never sees a new one. */
@@ -99,6 +115,14 @@ typedef void (*engine_step_fn)(void *ctx, const struct step_cmd *cmd,
 
 enum persist_phase { PERSIST_NONE, PERSIST_ASKED, PERSIST_DONE };
 
+/* Speculative decoding, engine-wide (engine/speculate.c; lock). */
+struct spec_engine {
+	struct spec_cost cost;          /* the gate's measured step seconds by rows */
+	uint64_t drafts, draft_tokens, accepted, gated;
+	uint64_t tried_at[ATLAS_SPEC_K_MAX];    /* verifies with a draft token at place j */
+	uint64_t accepted_at[ATLAS_SPEC_K_MAX]; /* ... whose token at place j was accepted */
+};
+
 struct persist_manifest;
 
 struct atlas_engine {
@@ -134,6 +158,8 @@ struct atlas_engine {
 	int persist_rc;
 	char persist_err[256];
 
+	struct spec_engine spec;
+
 	/* Totals (lock). */
 	uint64_t turns_total, prompt_tokens_total, generated_tokens_total;
 	uint64_t step_tokens_total;
@@ -168,6 +194,22 @@ struct turn *session_turn(struct atlas_session *s, uint64_t number);
 struct turn *session_newest(struct atlas_session *s);
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg);
 void session_accept_token(struct atlas_session *s, int32_t id);
+
+/* engine/speculate.c: a session's state; drafts for the next plan (every
+ * decoding session's req.n_draft); the outcome of the verify segment
+ * cmd.seqs[i] whose first out row is `out` (its tokens go to the session,
+ * the rest of its KV is rolled back); the cost model's measurements; the
+ * ctl/spec numbers. */
+int spec_open(struct atlas_engine *e);
+void spec_close(struct atlas_engine *e);
+void spec_session_init(struct atlas_engine *e, struct spec_session *p);
+void spec_session_free(struct spec_session *p);
+void spec_session_reset(struct spec_session *p);
+void spec_plan(struct atlas_engine *e);
+void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out);
+void spec_measure(struct atlas_engine *e, int rows, double seconds);
+void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o);
+const char *spec_slot_state(const struct atlas_session *s);
 
 /* engine/params.c */
 void params_defaults(const struct atlas_engine *e, struct atlas_params *p);

@@ -21,6 +21,8 @@ void params_defaults(const struct atlas_engine *e, struct atlas_params *p)
 		p->mode = e->tok && tok_chat_style(e->tok) != TOK_CHAT_NONE ? ATLAS_MODE_CHAT
 									      : ATLAS_MODE_RAW;
 	snprintf(p->system, sizeof p->system, "%s", c->system);
+	p->spec = c->spec;
+	p->spec_k = c->spec_k;
 }
 
 int params_validate(const struct atlas_engine *e, const struct atlas_params *p, char *err,
@@ -40,6 +42,11 @@ int params_validate(const struct atlas_engine *e, const struct atlas_params *p, 
 	if (p->mode == ATLAS_MODE_CHAT && (!e->tok || tok_chat_style(e->tok) == TOK_CHAT_NONE))
 		return atlas_errf(err, errlen, -EINVAL,
 				  "mode chat: the model has no chat template (use raw)");
+	if (p->spec != ATLAS_SPEC_OFF && p->spec != ATLAS_SPEC_AUTO && p->spec != ATLAS_SPEC_NGRAM)
+		return atlas_errf(err, errlen, -EINVAL, "spec: must be off, auto or ngram");
+	if (p->spec_k < 1 || p->spec_k > ATLAS_SPEC_K_MAX)
+		return atlas_errf(err, errlen, -EINVAL, "spec_k: %d is not in [1, %d]", p->spec_k,
+				  ATLAS_SPEC_K_MAX);
 	if (p->n_stop < 0 || p->n_stop > ATLAS_STOP_MAX)
 		return atlas_errf(err, errlen, -EINVAL, "stop: at most %d strings", ATLAS_STOP_MAX);
 	return 0;

@@ -179,6 +179,7 @@ void session_free(struct atlas_session *s)
 	free(s->req.tokens);
 	free(s->hold);
 	seq_free(&s->e->x->pool, &s->req.seq);
+	spec_session_free(&s->spec);
 	free(s);
 }
 
@@ -205,6 +206,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 	s->e = e;
 	snprintf(s->name, sizeof s->name, "%s", name);
 	sched_req_init(&s->req);
+	spec_session_init(e, &s->spec);
 	s->first_turn = s->next_turn = 1;
 	params_defaults(e, &s->params);
 
@@ -217,6 +219,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 			/* Kept across a restart: its first handle takes it. */
 			o->held = true;
 			pthread_mutex_unlock(&e->lock);
+			spec_session_free(&s->spec);
 			free(s);
 			*out = o;
 			return 0;
@@ -235,6 +238,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 	}
 	pthread_mutex_unlock(&e->lock);
 	if (rc) {
+		spec_session_free(&s->spec);
 		free(s);
 		return rc;
 	}
@@ -308,6 +312,7 @@ void atlas_session_reset(struct atlas_session *s)
 	s->n_turns = 0;
 	s->first_turn = s->next_turn;
 	s->req.n_tokens = 0;
+	spec_session_reset(&s->spec);
 	s->ended_with_eot = false;
 	s->last_error[0] = 0;
 	s->state = ATLAS_STATE_IDLE;

@@ -20,6 +20,9 @@ static void fill_slots(struct atlas_engine *e, struct atlas_engine_stats *o)
 		st->state = s->state;
 		st->position = (uint64_t)r->seq.n_tokens;
 		seq_count(&r->seq, st->kv_blocks);
+		if (s->spec.draft_tokens)
+			st->draft_acceptance = (double)s->spec.accepted / (double)s->spec.draft_tokens;
+		snprintf(st->spec, sizeof st->spec, "%s", spec_slot_state(s));
 		struct turn *t = session_newest(s);
 		if (t && t->n_generated > 1 && t->t_last_ns > t->t_first_ns)
 			st->tokens_per_s = (double)(t->n_generated - 1) /
@@ -95,7 +98,6 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->head_dim = mc->head_dim;
 	o->vocab_size = mc->vocab_size;
 	o->context = e->context;
-	snprintf(o->spec.method, sizeof o->spec.method, "off");
 	o->ep.ranks = 1;
 	o->ep.hosts = 1;
 
@@ -110,6 +112,7 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->uptime_s = (double)(atlas_now_ns() - e->t_open_ns) * 1e-9;
 	fill_slots(e, o);
 	fill_kv(e, &o->kv);
+	spec_stats(e, &o->spec);
 	pthread_mutex_unlock(&e->lock);
 	return 0;
 }

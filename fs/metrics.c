@@ -217,6 +217,18 @@ static void spec_metrics(FILE *f, const struct atlas_spec_stats *sp)
 	}
 	gauge_dbl(f, "spec_mean_accepted_length_tokens", "Mean tokens accepted per draft.",
 		  sp->mean_accepted_length);
+	counter_u64(f, "spec_gated_total",
+		    "Decode steps whose drafts the gate held back (they would not pay).",
+		    sp->gated_total);
+	gauge_dbl(f, "spec_step_decode_seconds",
+		  "The gate's measured seconds of a step of one decode row.",
+		  sp->step_seconds_decode);
+	family(f, "spec_step_verify_seconds", "gauge",
+	       "The gate's measured seconds of a step of one row and k drafts (0: not measured).");
+	for (int i = 0; i < ATLAS_SPEC_POSITIONS; i++) {
+		fprintf(f, "atlas_spec_step_verify_seconds{drafts=\"%d\"}", i + 1);
+		value_dbl(f, sp->step_seconds_verify[i]);
+	}
 }
 
 static void ep_metrics(FILE *f, const struct atlas_ep_stats *ep)

@@ -42,13 +42,14 @@ static void one_line(char *dst, size_t len, const char *src)
 static void render_slots(FILE *f, const struct atlas_engine_stats *st)
 {
 	fprintf(f, "slot session state position kv_blocks_hbm kv_blocks_host kv_blocks_disk "
-		   "draft_acceptance tokens_per_second\n");
+		   "draft_acceptance spec tokens_per_second\n");
 	for (int i = 0; i < st->n_slots && i < ATLAS_MAX_SLOTS; i++) {
 		const struct atlas_slot_stats *sl = &st->slots[i];
-		fprintf(f, "%d %s %s %" PRIu64 " %u %u %u %.6g %.6g\n", sl->slot,
+		fprintf(f, "%d %s %s %" PRIu64 " %u %u %u %.6g %s %.6g\n", sl->slot,
 			sl->session[0] ? sl->session : "-", atlas_state_name(sl->state), sl->position,
 			sl->kv_blocks[ATLAS_TIER_HBM], sl->kv_blocks[ATLAS_TIER_HOST],
-			sl->kv_blocks[ATLAS_TIER_DISK], sl->draft_acceptance, sl->tokens_per_s);
+			sl->kv_blocks[ATLAS_TIER_DISK], sl->draft_acceptance,
+			sl->spec[0] ? sl->spec : "-", sl->tokens_per_s);
 	}
 }
 
@@ -92,6 +93,12 @@ static void render_spec(FILE *f, const struct atlas_spec_stats *sp)
 		kv_dbl(f, key, sp->acceptance_by_position[i]);
 	}
 	kv_dbl(f, "mean_accepted_length", sp->mean_accepted_length);
+	kv_u64(f, "gated_total", sp->gated_total);
+	kv_dbl(f, "step_seconds_decode", sp->step_seconds_decode);
+	for (int i = 0; i < ATLAS_SPEC_POSITIONS; i++) {
+		snprintf(key, sizeof key, "step_seconds_verify_%d", i + 1);
+		kv_dbl(f, key, sp->step_seconds_verify[i]);
+	}
 }
 
 static void render_ep(FILE *f, const struct atlas_ep_stats *ep)

@@ -33,10 +33,12 @@ int sched_init(struct sched *s, struct seq_pool *pool, int n_slots, int chunk, i
 	s->slots = calloc((size_t)n_slots + 1, sizeof *s->slots);
 	s->reqs_of = calloc((size_t)max_seqs, sizeof *s->reqs_of);
 	s->epoch_of = calloc((size_t)max_seqs, sizeof *s->epoch_of);
+	s->drafts_of = calloc((size_t)max_seqs, sizeof *s->drafts_of);
 	s->events = calloc((size_t)s->max_events, sizeof *s->events);
 	s->running = calloc((size_t)n_slots, sizeof *s->running);
 	s->want = calloc((size_t)n_slots, sizeof *s->want);
-	if (!s->slots || !s->reqs_of || !s->epoch_of || !s->events || !s->running || !s->want) {
+	if (!s->slots || !s->reqs_of || !s->epoch_of || !s->drafts_of || !s->events ||
+	    !s->running || !s->want) {
 		sched_free(s);
 		return -ENOMEM;
 	}
@@ -48,6 +50,7 @@ void sched_free(struct sched *s)
 	free(s->slots);
 	free(s->reqs_of);
 	free(s->epoch_of);
+	free(s->drafts_of);
 	free(s->events);
 	free(s->running);
 	free(s->want);
@@ -418,11 +421,12 @@ static void collect_lost(struct sched *s)
 	}
 }
 
-/* Lay n rows of r out in cmd, from its first position without KV. A
- * request with a block off the device sits the step out (-EAGAIN). */
+/* Lay n rows of r out in cmd, from its first position without KV: its
+ * tokens, then its drafts. A request with a block off the device sits the
+ * step out (-EAGAIN). */
 static int add_seq(struct sched *s, struct step_cmd *cmd, struct sched_req *r, int n)
 {
-	const int start = r->seq.n_tokens, end = start + n;
+	const int start = r->seq.n_tokens, end = start + n, last = (int)r->n_tokens - 1;
 	int blocks = seq_resolve(s->pool, &r->seq, end, cmd->tables + cmd->n_table, s->max_blocks);
 	if (blocks == -EAGAIN) {
 		s->deferrals++;
@@ -436,20 +440,22 @@ static int add_seq(struct sched *s, struct step_cmd *cmd, struct sched_req *r, i
 					  .n_blocks = blocks, .state_slot = r->seq.state_slot };
 	s->reqs_of[i] = r;
 	s->epoch_of[i] = r->epoch;
-	memcpy(cmd->ids + cmd->n_rows, r->tokens + start, (size_t)n * sizeof *cmd->ids);
+	s->drafts_of[i] = ATLAS_MAX(0, end - 1 - last);
 	cmd->n_table += blocks;
 	for (int k = 0; k < n; k++) {
-		const int row = cmd->n_rows + k;
+		const int row = cmd->n_rows + k, pos = start + k;
+		cmd->ids[row] = pos <= last ? r->tokens[pos] : r->draft[pos - last - 1];
 		if (r->keep_all)
 			cmd->out[cmd->n_out++] = (struct step_out){ .row = row, .keep = 1,
 								    .params = { .top_p = 1 } };
-		else if (k == n - 1 && (size_t)end == r->n_tokens)
+		else if (pos >= last)
+			/* The draw of position pos + 1, as plain decoding makes it. */
 			cmd->out[cmd->n_out++] = (struct step_out){
 				.row = row, .sample = 1,
 				.params = { .temperature = r->sampling.temperature,
 					    .top_p = r->sampling.top_p,
 					    .top_k = r->sampling.top_k,
-					    .u = rng_uniform(r->sampling.seed, r->n_tokens) } };
+					    .u = rng_uniform(r->sampling.seed, (size_t)pos + 1) } };
 	}
 	cmd->n_rows += n;
 	return 0;
@@ -491,7 +497,9 @@ static int pending(const struct sched_req *r)
 	return (int)(r->n_tokens - (size_t)r->seq.n_tokens);
 }
 
-/* The session requests' step: every decode row, then prefill chunks. */
+/* The session requests' step: every decode row, then verify segments and
+ * prefill chunks out of the chunk budget (verify rows first, up to
+ * spec_rows). */
 static void plan_sessions(struct sched *s, struct step_cmd *cmd)
 {
 	struct sched_req **list = s->running;
@@ -501,16 +509,23 @@ static void plan_sessions(struct sched *s, struct step_cmd *cmd)
 
 	/* Reserve first, then lay out: a preemption during reservation takes a
 	 * request out of this step. */
-	int budget = s->chunk;
-	for (int pass = 0; pass < 2; pass++)
-		for (int i = 0; i < n; i++) {
-			const int p = pending(list[i]);
-			if ((p == 1) != (pass == 0))
-				continue;
-			want[i] = pass == 0 ? 1 : ATLAS_MIN(p, budget);
-			if (pass == 1)
-				budget -= want[i];
+	int budget = s->chunk, spec = ATLAS_MIN(s->chunk, s->spec_rows);
+	for (int i = 0; i < n; i++) {
+		want[i] = 0;
+		if (pending(list[i]) != 1)
+			continue;
+		const int d = ATLAS_MIN(list[i]->n_draft, spec);
+		want[i] = 1 + d;
+		spec -= d;
+		budget -= d;
+	}
+	for (int i = 0; i < n; i++) {
+		const int p = pending(list[i]);
+		if (p > 1) {
+			want[i] = ATLAS_MIN(p, budget);
+			budget -= want[i];
 		}
+	}
 	for (int i = 0; i < n; i++)
 		if (list[i]->phase == REQ_RUNNING && want[i] > 0 &&
 		    reserve(s, list[i], list[i]->seq.n_tokens + want[i]) != ROOM_OK)
@@ -555,4 +570,13 @@ void sched_commit(struct sched *s, const struct step_cmd *cmd)
 			seq_commit(&r->seq, end);
 		r->last_used_ns = now;
 	}
+}
+
+int sched_settle(struct sched *s, const struct step_cmd *cmd, int i, int kept)
+{
+	struct sched_req *r = s->reqs_of[i];
+	const struct step_seq *q = &cmd->seqs[i];
+	if (r->forgotten || kept >= q->n_rows)
+		return 0;
+	return seq_truncate(s->pool, &r->seq, q->pos0 + ATLAS_MAX(kept, 1));
 }

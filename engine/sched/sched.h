@@ -30,6 +30,16 @@
  * others are moving away, is deferred: it keeps its slot and sits the step
  * out.
  *
+ * A decoding request may carry drafts (speculative decoding, DESIGN §9):
+ * guesses of the tokens after its last one, which its owner sets before
+ * each plan. Its rows are then a verify segment: the last token and the
+ * drafts, every row sampled with the parameters plain decoding would use
+ * at that position, so row j draws what plain decoding would draw after
+ * the drafts before it. Verify rows come out of the step's chunk budget,
+ * before prefill chunks; the owner keeps the drafts the draws agree with
+ * and the first draw that does not, and sched_settle rolls the rest of
+ * the sequence back.
+ *
  * A tools request runs alone, in the slot after the sessions' ones, in
  * chunks whose every row returns its logits.
  *
@@ -42,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h"
 #include "engine/seq/seq.h"
 #include "engine/step/step.h"
 
@@ -75,6 +86,8 @@ struct sched_req {
 					 * runs (attention streams them); only grows until it
 					 * leaves its slot, so blocks do not go back and forth */
 	struct sched_sampling sampling;
+	int32_t draft[ATLAS_SPEC_K_MAX];        /* guesses of the tokens after tokens[n_tokens - 1] */
+	int n_draft;                    /* drafts for the next plan; the owner sets it */
 	struct sched_req *next;         /* sched.reqs */
 };
 
@@ -106,6 +119,10 @@ struct sched {
 	/* The plan: cmd.seqs[i] is reqs_of[i]'s, planned at its epoch_of[i]. */
 	struct sched_req **reqs_of;     /* [max_seqs] */
 	uint64_t *epoch_of;             /* [max_seqs] */
+	int *drafts_of;                 /* [max_seqs] draft rows after the last token's row (a
+					 * verify segment), 0 for any other */
+	int spec_rows;                  /* most draft rows of one step (the executor's out rows
+					 * beyond one per slot) */
 	struct sched_event *events;     /* [max_events] what the plan did to requests */
 	int n_events, max_events;
 
@@ -148,5 +165,8 @@ void sched_prefetch(struct sched *s, struct sched_req *r);
 int sched_plan(struct sched *s, struct step_cmd *cmd);
 /* The step ran: its sequences' K/V are written. */
 void sched_commit(struct sched *s, const struct step_cmd *cmd);
+/* After sched_commit: of the verify segment of cmd.seqs[i], only the first
+ * `kept` rows (>= 1) stay, the KV of the rest is forgotten (seq_truncate). */
+int sched_settle(struct sched *s, const struct step_cmd *cmd, int i, int kept);
 
 #endif

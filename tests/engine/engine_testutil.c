@@ -79,6 +79,17 @@ int et_wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap,
 	}
 }
 
+void et_turn_ids(struct atlas_session *s, uint64_t turn, int32_t *out, size_t n)
+{
+	int32_t *prompt, *gen;
+	size_t np, ng;
+	assert_int_equal(atlas_session_turn_tokens(s, turn, &prompt, &np, &gen, &ng), 0);
+	assert_int_equal(ng, n);
+	memcpy(out, gen, sizeof(int32_t) * n);
+	free(prompt);
+	free(gen);
+}
+
 void et_set(struct atlas_session *s, const char *key, const char *value)
 {
 	struct atlas_params p;

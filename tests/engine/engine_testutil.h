@@ -23,6 +23,9 @@ void et_on_notify(void *ctx, struct atlas_session *s);
  * came (then 0). Copies its text into text[cap] when text is not NULL.
  * Returns the final atlas_read error. */
 int et_wait_turn(struct atlas_session *s, uint64_t turn, char *text, size_t cap, size_t until);
+/* The n tokens turn `turn` generated into out; fails the test when it
+ * generated another number. */
+void et_turn_ids(struct atlas_session *s, uint64_t turn, int32_t *out, size_t n);
 /* Set one session setting from its text form; fails the test on error. */
 void et_set(struct atlas_session *s, const char *key, const char *value);
 /* n pseudo-random token ids below vocab, the same for the same seed. */

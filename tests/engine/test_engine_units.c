@@ -1,6 +1,8 @@
 /* Unit tests of engine parts that need no model: stop-string scanning,
- * position-keyed random numbers, session settings. */
+ * position-keyed random numbers, session settings, prompt lookup and the
+ * speculation gate. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,8 @@
 #include "common/err.h"
 #include "engine/engine.h"
 #include "engine/sched/rng.h"
+#include "engine/spec/gate.h"
+#include "engine/spec/ngram.h"
 #include "engine/text/stop.h"
 
 static void test_stop_scan(void **state)
@@ -60,9 +64,16 @@ static void test_uniform_is_keyed_and_spread(void **state)
 static void test_params_parse_format_round_trip(void **state)
 {
 	struct atlas_params p = { .temperature = 0.7f, .top_p = 0.9f, .top_k = 40,
-				  .max_tokens = 64, .seed = 1, .mode = ATLAS_MODE_RAW };
+				  .max_tokens = 64, .seed = 1, .mode = ATLAS_MODE_RAW,
+				  .spec = ATLAS_SPEC_AUTO, .spec_k = 4 };
 	char err[ATLAS_ERRLEN];
 	bool stop_seen = false;
+	assert_int_equal(atlas_params_parse(&p, "spec", "ngram", &stop_seen, err, sizeof err), 0);
+	assert_int_equal(atlas_params_parse(&p, "spec_k", "7", &stop_seen, err, sizeof err), 0);
+	assert_int_equal(atlas_params_parse(&p, "spec_k", "9", &stop_seen, err, sizeof err),
+			 -EINVAL);
+	assert_int_equal(atlas_params_parse(&p, "spec", "fast", &stop_seen, err, sizeof err),
+			 -EINVAL);
 	assert_int_equal(atlas_params_parse(&p, "temperature", "0.25", &stop_seen, err, sizeof err), 0);
 	assert_int_equal(atlas_params_parse(&p, "stop", "\\n\\n", &stop_seen, err, sizeof err), 0);
 	assert_int_equal(atlas_params_parse(&p, "stop", "END", &stop_seen, err, sizeof err), 0);
@@ -132,6 +143,96 @@ static void test_params_errors_name_the_key(void **state)
 	assert_int_equal(atlas_params_parse(&p, "stop", "y", &seen, err, sizeof err), -EINVAL);
 }
 
+/* Prompt lookup: the longest suffix that occurred before wins, at its
+ * newest occurrence; a short period drafts past the context's end; nothing
+ * matches, nothing is drafted; a replaced context is indexed anew. */
+static void test_ngram(void **state)
+{
+	struct ngram_index x;
+	int32_t out[8];
+	ngram_init(&x, 1, 3);
+	/* "1 2 3 9 ... 5 2 3 7 ... 2 3": the 2-gram "2 3" occurs twice, newest
+	 * before 7; the 3-gram "x 2 3" of the end does not occur. */
+	const int32_t a[] = { 1, 2, 3, 9, 8, 5, 2, 3, 7, 6, 4, 2, 3 };
+	assert_int_equal(ngram_propose(&x, a, 13, 3, out), 3);
+	assert_int_equal(out[0], 7);
+	assert_int_equal(out[1], 6);
+	assert_int_equal(out[2], 4);
+	/* The longest match beats a newer shorter one: "5 2 3" ends at 8. */
+	const int32_t b[] = { 1, 2, 3, 9, 8, 5, 2, 3, 7, 6, 4, 2, 3, 1, 5, 2, 3 };
+	ngram_reset(&x);
+	assert_int_equal(ngram_propose(&x, b, 17, 2, out), 2);
+	assert_int_equal(out[0], 7);
+	assert_int_equal(out[1], 6);
+	/* Period 2: "4 5 4 5 4" drafts 5 4 5 4 5 past the end. */
+	const int32_t c[] = { 4, 5, 4, 5, 4 };
+	ngram_reset(&x);
+	assert_int_equal(ngram_propose(&x, c, 5, 5, out), 5);
+	for (int j = 0; j < 5; j++)
+		assert_int_equal(out[j], j % 2 ? 4 : 5);
+	/* No earlier occurrence of the last token. */
+	const int32_t d[] = { 1, 2, 3, 4 };
+	ngram_reset(&x);
+	assert_int_equal(ngram_propose(&x, d, 4, 3, out), 0);
+	/* Growing the same context keeps the index; a shorter one starts over. */
+	assert_int_equal(ngram_propose(&x, c, 3, 2, out), 2);
+	assert_int_equal(out[0], 5);
+	ngram_free(&x);
+
+	/* Thousands of positions: the table grows and still finds the newest. */
+	enum { N = 20000 };
+	static int32_t big[N];
+	for (int i = 0; i < N; i++)
+		big[i] = (int32_t)((i * 7919u) % 1000u);
+	big[N - 2] = big[500];
+	big[N - 1] = big[501];
+	ngram_init(&x, 2, 4);
+	for (int n = 100; n <= N; n += 1000)
+		ngram_propose(&x, big, (size_t)n, 1, out);
+	assert_int_equal(ngram_propose(&x, big, N, 1, out), 1);
+	assert_int_equal(out[0], big[502]);
+	ngram_free(&x);
+}
+
+/* The gate: on a device where rows are nearly free (a GPU at batch 1)
+ * drafts pay at a modest acceptance; where each row costs what a decode
+ * step does (a small cpu) they never do; beside 31 other rows they must
+ * earn the whole batch's slowdown; a shape never measured is tried. */
+static void test_gate_choice(void **state)
+{
+	struct spec_cost gpu, cpu;
+	assert_int_equal(spec_cost_init(&gpu, 64), 0);
+	assert_int_equal(spec_cost_init(&cpu, 64), 0);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 4), 4);
+	for (int k = 0; k <= 8; k++) {
+		spec_cost_add(&gpu, 1 + k, 1e-3 * (1 + 0.03 * k));
+		spec_cost_add(&cpu, 1 + k, 1e-3 * (1 + k));
+	}
+	spec_cost_add(&gpu, 32, 2e-3);
+	spec_cost_add(&gpu, 40, 2.1e-3);
+	assert_true(spec_gate_k(&gpu, 0.5, 0, 8) >= 2);
+	assert_int_equal(spec_gate_k(&gpu, 0.02, 0, 8), 0);
+	assert_int_equal(spec_gate_k(&cpu, 0.9, 0, 8), 0);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 31, 8), 0);
+	assert_true(spec_gate_k(&gpu, 0.99, 31, 8) > 0);
+	/* Between measured shapes, the cost is interpolated. */
+	assert_true(fabs(spec_cost_at(&gpu, 36) - 2.05e-3) < 1e-9);
+	assert_true(fabs(spec_cost_at(&gpu, 60) - 2.1e-3) < 1e-9);
+	spec_cost_free(&gpu);
+	spec_cost_free(&cpu);
+
+	/* Acceptance follows the recent outcomes. */
+	struct spec_accept a;
+	spec_accept_init(&a);
+	assert_true(fabs(spec_accept_rate(&a) - 0.5) < 1e-9);
+	for (int i = 0; i < 30; i++)
+		spec_accept_add(&a, 4, false);
+	assert_true(spec_accept_rate(&a) > 0.95);
+	for (int i = 0; i < 30; i++)
+		spec_accept_add(&a, 0, true);
+	assert_true(spec_accept_rate(&a) < 0.05);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -139,6 +240,8 @@ int main(void)
 		cmocka_unit_test(test_uniform_is_keyed_and_spread),
 		cmocka_unit_test(test_params_parse_format_round_trip),
 		cmocka_unit_test(test_params_errors_name_the_key),
+		cmocka_unit_test(test_ngram),
+		cmocka_unit_test(test_gate_choice),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

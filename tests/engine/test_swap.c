@@ -75,17 +75,6 @@ struct run {
 	uint64_t swap_out, swap_in, host_peak, errors, drops, staged;
 };
 
-static void collect(struct atlas_session *s, uint64_t turn, int32_t *out)
-{
-	int32_t *prompt, *gen;
-	size_t np, ng;
-	assert_int_equal(atlas_session_turn_tokens(s, turn, &prompt, &np, &gen, &ng), 0);
-	assert_int_equal(ng, MAX_TOKENS);
-	memcpy(out, gen, sizeof(int32_t) * MAX_TOKENS);
-	free(prompt);
-	free(gen);
-}
-
 /* SESSIONS sessions, two turns each: the first turns all at once, the
  * second turns one after another, so that each session's KV has been pushed
  * out by the others in between. */
@@ -110,14 +99,14 @@ static void run_sessions(struct atlas_engine *e, struct run *out)
 	out->host_peak = 0;
 	for (int i = 0; i < SESSIONS; i++) {
 		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
-		collect(s[i], 1, out->ids[i][0]);
+		et_turn_ids(s[i], 1, out->ids[i][0], MAX_TOKENS);
 	}
 	for (int i = 0; i < SESSIONS; i++) {
 		int32_t ids[16];
 		et_prompt_ids(ids, 11, 900u + (uint32_t)i, vocab);
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, 11, err, sizeof err), 2);
 		assert_int_equal(et_wait_turn(s[i], 2, NULL, 0, 0), 0);
-		collect(s[i], 2, out->ids[i][1]);
+		et_turn_ids(s[i], 2, out->ids[i][1], MAX_TOKENS);
 		atlas_engine_stats(e, st);
 		if (st->kv.blocks_used[ATLAS_TIER_HOST] + st->kv.blocks_used[ATLAS_TIER_DISK] >
 		    out->host_peak)

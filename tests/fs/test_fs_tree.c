@@ -209,7 +209,7 @@ static void test_ctl_files(void **state)
 {
 	assert_value(mpath(&D, "ctl/engine"), "architecture", "AtlasScriptForCausalLM");
 	assert_value(mpath(&D, "ctl/engine"), "slots", "3");
-	assert_value(mpath(&D, "ctl/spec"), "method", "off");
+	assert_value(mpath(&D, "ctl/spec"), "method", "auto");
 	assert_value(mpath(&D, "ctl/kv"), "block_size_tokens", "16");
 	assert_value(mpath(&D, "ctl/ep"), "ranks", "1");
 	char *text;

@@ -1,0 +1,53 @@
+/* The auto gate of speculative decoding (DESIGN §9): whether drafts pay.
+ *
+ * A verify of k drafts costs the step k more rows; it pays when the tokens
+ * it is expected to give per second of step beat plain decoding's. The
+ * cost side is measured on this device: the seconds of every step by its
+ * rows (spec_cost). The gain side is a session's acceptance rate alpha,
+ * the chance that a draft is accepted given the one before it was
+ * (spec_accept, a decaying count of verify outcomes): k drafts give
+ * 1 + alpha + ... + alpha^k tokens on average.
+ *
+ * With `others` rows of other sessions in the step, k drafts are worth it
+ * when (others + E(k)) / t(others + 1 + k) beats (others + 1) / t(others + 1)
+ * by SPEC_GATE_MARGIN: the step is the whole batch's, so a verify that
+ * slows everyone down must earn it. A row count never measured costs what
+ * the nearest measured one below it costs: an optimistic guess, so that
+ * the first verify of a new shape is tried and measured.
+ */
+#ifndef ATLAS_ENGINE_SPEC_GATE_H
+#define ATLAS_ENGINE_SPEC_GATE_H
+
+#include <stdbool.h>
+
+struct spec_cost {
+	double *seconds;            /* [max_rows + 1] decaying mean of a step's seconds by its
+				     * rows, 0: never measured; owned */
+	int max_rows;
+};
+
+int spec_cost_init(struct spec_cost *c, int max_rows);
+void spec_cost_free(struct spec_cost *c);
+/* A step of rows rows took seconds. */
+void spec_cost_add(struct spec_cost *c, int rows, double seconds);
+/* The expected seconds of a step of rows rows (see the top); 0 when no
+ * step was measured yet. */
+double spec_cost_at(const struct spec_cost *c, int rows);
+
+struct spec_accept {
+	double accepted, tried;     /* decaying sums of accepted drafts and of drafts whose
+				     * outcome is known (accepted, or the first rejected) */
+};
+
+void spec_accept_init(struct spec_accept *a);
+/* A verify (or a check of drafts the gate held back) accepted `accepted`
+ * drafts and then rejected one, or ran out of drafts (!rejected). */
+void spec_accept_add(struct spec_accept *a, int accepted, bool rejected);
+double spec_accept_rate(const struct spec_accept *a);
+
+/* The number of drafts in [0, kmax] that makes the most tokens per second
+ * of the step, for acceptance rate alpha beside `others` rows; 0 when none
+ * beats plain decoding by the margin. */
+int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax);
+
+#endif

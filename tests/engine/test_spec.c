@@ -1,0 +1,435 @@
+/* Speculative decoding (DESIGN §9), through the public API: with prompt
+ * lookup drafting at every step, the tokens are bitwise those of plain
+ * decoding at batch 1 and N, for K = 1, 3 and 8, with the swap tier
+ * streaming most of each context through staging, greedy and sampled with
+ * a seed; drafts were proposed, and some accepted and some rejected, so
+ * the comparisons cover both outcomes. With sampling, the tokens that
+ * verify rows draw follow the model's own distribution (a chi-square test
+ * against atlas_engine_logits on a model of 384 tokens). The gate turns
+ * drafting off where drafts are never accepted and keeps it where they are.
+ *
+ * Usage: test_spec MODEL_DIR   (exit 77 when the directory is missing)
+ * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend, where
+ * greedy tokens agree on these prompts (tools/gpu-check.sh).
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/err.h"
+#include "engine/engine.h"
+#include "engine_testutil.h"
+
+static const char *model_dir;
+static int vocab;
+static uint64_t block_bytes;        /* K and V of one block, all layers */
+
+#define SESSIONS 4
+#define MAX_TOKENS 40
+#define PERIOD 9                    /* a prompt is a run of PERIOD ids said 3.5 times */
+
+struct opts {
+	int batch;
+	enum atlas_spec spec;
+	int k;
+	bool gate;
+	bool tiers;                 /* a device share of 2 blocks, the rest on the host tier */
+	float temperature;
+	uint64_t seed;
+};
+
+struct run {
+	int32_t ids[SESSIONS][2][MAX_TOKENS];   /* two turns of each session */
+	struct atlas_spec_stats spec;
+	uint64_t staged;
+	char slot_spec[SESSIONS][8];            /* ctl/slots' spec column while running */
+};
+
+static struct atlas_engine *open_engine(const struct opts *o)
+{
+	struct atlas_config c;
+	et_config(&c, model_dir);
+	c.max_batch = o->batch;
+	c.chunk_size = 64;
+	c.context = 512;
+	c.spec = o->spec;
+	c.spec_k = o->k ? o->k : 4;
+	c.spec_gate = o->gate;
+	c.kv_memory = 16u << 20;
+	if (o->tiers) {
+		c.kv_memory = 24 * block_bytes;
+		c.kv_host_memory = 128 * ((block_bytes + 4095) / 4096 * 4096);
+		c.kv_device_blocks_per_seq = 2;
+		c.kv_block_size = 16;
+	}
+	struct atlas_engine *e;
+	char err[ATLAS_ERRLEN];
+	if (atlas_engine_open(&c, &e, err, sizeof err))
+		fail_msg("atlas_engine_open: %s", err);
+	atlas_engine_set_notify(e, et_on_notify, NULL);
+	return e;
+}
+
+/* A prompt that prompt lookup finds matches in: a run said 3.5 times. */
+static int repeating_prompt(int32_t *ids, uint32_t seed)
+{
+	int32_t run[PERIOD];
+	et_prompt_ids(run, PERIOD, seed, vocab);
+	int n = 0;
+	for (int r = 0; r < 3 * PERIOD + PERIOD / 2; r++)
+		ids[n++] = run[r % PERIOD];
+	return n;
+}
+
+static void set_params(struct atlas_session *s, const struct opts *o)
+{
+	char v[32];
+	et_set(s, "ignore_eos", "1");
+	snprintf(v, sizeof v, "%d", MAX_TOKENS);
+	et_set(s, "max_tokens", v);
+	snprintf(v, sizeof v, "%g", o->temperature);
+	et_set(s, "temperature", v);
+	et_set(s, "top_p", "1");
+	et_set(s, "top_k", "0");
+	snprintf(v, sizeof v, "%llu", (unsigned long long)o->seed);
+	et_set(s, "seed", v);
+}
+
+/* SESSIONS sessions, two turns each: the first all at once, the second one
+ * after another (prompt lookup then also finds the first turn's text). */
+static void run_sessions(const struct opts *o, struct run *out)
+{
+	struct atlas_engine *e = open_engine(o);
+	struct atlas_session *s[SESSIONS];
+	char err[ATLAS_ERRLEN], name[16];
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < SESSIONS; i++) {
+		snprintf(name, sizeof name, "p%d", i);
+		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
+		set_params(s[i], o);
+	}
+	for (int i = 0; i < SESSIONS; i++) {
+		int32_t ids[64];
+		const int n = repeating_prompt(ids, 40u + (uint32_t)i);
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)n, err, sizeof err),
+				 1);
+	}
+	for (int i = 0; i < SESSIONS; i++) {
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
+		et_turn_ids(s[i], 1, out->ids[i][0], MAX_TOKENS);
+	}
+	for (int i = 0; i < SESSIONS; i++) {
+		int32_t ids[64];
+		const int n = repeating_prompt(ids, 70u + (uint32_t)i) - PERIOD;
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)n, err, sizeof err),
+				 2);
+		/* Some decode step of the turn: what ctl/slots says meanwhile. */
+		assert_true(et_wait_turn(s[i], 2, NULL, 0, 4 * 6) == 0);
+		atlas_engine_stats(e, st);
+		for (int j = 0; j < st->n_slots; j++)
+			if (!strcmp(st->slots[j].session, atlas_session_name(s[i])))
+				snprintf(out->slot_spec[i], sizeof out->slot_spec[i], "%s",
+					 st->slots[j].spec);
+		assert_int_equal(et_wait_turn(s[i], 2, NULL, 0, 0), 0);
+		et_turn_ids(s[i], 2, out->ids[i][1], MAX_TOKENS);
+	}
+	atlas_engine_stats(e, st);
+	out->spec = st->spec;
+	out->staged = st->kv.staged_blocks_total;
+	for (int i = 0; i < SESSIONS; i++)
+		atlas_session_close(s[i]);
+	free(st);
+	atlas_engine_close(e);
+}
+
+static void assert_same(const struct run *a, const struct run *b, const char *what)
+{
+	for (int i = 0; i < SESSIONS; i++)
+		for (int t = 0; t < 2; t++)
+			for (int j = 0; j < MAX_TOKENS; j++)
+				if (a->ids[i][t][j] != b->ids[i][t][j])
+					fail_msg("%s: session %d turn %d token %d: %d vs %d", what, i,
+						 t + 1, j, a->ids[i][t][j], b->ids[i][t][j]);
+}
+
+static struct run reference;           /* greedy, plain decoding */
+
+static int setup(void **state)
+{
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_OFF };
+	struct atlas_config c;
+	et_config(&c, model_dir);
+	c.kv_memory = 16u << 20;
+	struct atlas_engine *e;
+	char err[ATLAS_ERRLEN];
+	if (atlas_engine_open(&c, &e, err, sizeof err))
+		return -1;
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	block_bytes = st->kv.bytes_per_block;
+	vocab = st->vocab_size;
+	free(st);
+	atlas_engine_close(e);
+	run_sessions(&o, &reference);
+	assert_int_equal(reference.spec.drafts_total, 0);
+	return 0;
+}
+
+/* Greedy: every batch size and K gives plain decoding's tokens, and over
+ * the matrix drafts were both accepted and rejected. */
+static void test_greedy_matrix(void **state)
+{
+	static const int batches[] = { 1, SESSIONS };
+	static const int ks[] = { 1, 3, 8 };
+	uint64_t drafted = 0, accepted = 0;
+	for (size_t b = 0; b < ATLAS_ARRAY_LEN(batches); b++)
+		for (size_t k = 0; k < ATLAS_ARRAY_LEN(ks); k++) {
+			struct opts o = { .batch = batches[b], .spec = ATLAS_SPEC_NGRAM, .k = ks[k] };
+			struct run got;
+			char what[64];
+			run_sessions(&o, &got);
+			snprintf(what, sizeof what, "batch %d, k %d", batches[b], ks[k]);
+			assert_same(&got, &reference, what);
+			assert_true(got.spec.drafts_total > 0);
+			assert_true(got.spec.acceptance_by_position[ks[k] - 1] <= 1.0);
+			drafted += got.spec.draft_tokens_total;
+			accepted += got.spec.accepted_tokens_total;
+			print_message("batch %d k %d: %llu drafts, %llu of %llu draft tokens accepted\n",
+				      batches[b], ks[k], (unsigned long long)got.spec.drafts_total,
+				      (unsigned long long)got.spec.accepted_tokens_total,
+				      (unsigned long long)got.spec.draft_tokens_total);
+		}
+	assert_true(accepted > 0);
+	assert_true(accepted < drafted);
+}
+
+/* Verify rows read the history the swap tier holds: a device share of two
+ * blocks puts most of each context on the host tier, read through staging. */
+static void test_swap_tier(void **state)
+{
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_NGRAM, .k = 4, .tiers = true };
+	struct run got;
+	run_sessions(&o, &got);
+	assert_same(&got, &reference, "host tier, k 4");
+	assert_true(got.staged > 0);
+	assert_true(got.spec.accepted_tokens_total > 0);
+}
+
+/* Sampled with a seed: the same text with drafts as without. */
+static void test_sampled_same_text(void **state)
+{
+	struct opts plain = { .batch = SESSIONS, .spec = ATLAS_SPEC_OFF, .temperature = 0.8f,
+			      .seed = 11 };
+	struct opts spec = plain;
+	spec.spec = ATLAS_SPEC_NGRAM;
+	spec.k = 5;
+	struct run a, b;
+	run_sessions(&plain, &a);
+	run_sessions(&spec, &b);
+	assert_same(&b, &a, "sampled, k 5");
+	assert_true(b.spec.drafts_total > 0);
+}
+
+/* The gate: with the costs it measured, drafts of a session that never
+ * accepts them stop, while a session that copies keeps drafting. Prompt
+ * lookup's drafts are checked without verification meanwhile. */
+static void test_gate(void **state)
+{
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_AUTO, .k = 4, .gate = true };
+	struct run got;
+	run_sessions(&o, &got);
+	assert_same(&got, &reference, "gated");
+	for (int i = 0; i < SESSIONS; i++)
+		assert_true(!strcmp(got.slot_spec[i], "on") || !strcmp(got.slot_spec[i], "gated") ||
+			    !strcmp(got.slot_spec[i], "off"));
+	assert_true(got.spec.step_seconds_decode > 0);
+	print_message("decode step %.3g s; verify steps of 1..8 drafts:", got.spec.step_seconds_decode);
+	for (int k = 0; k < 8; k++)
+		print_message(" %.3g", got.spec.step_seconds_verify[k]);
+	print_message("; %llu gated, %llu drafts, %llu of %llu accepted\n",
+		      (unsigned long long)got.spec.gated_total,
+		      (unsigned long long)got.spec.drafts_total,
+		      (unsigned long long)got.spec.accepted_tokens_total,
+		      (unsigned long long)got.spec.draft_tokens_total);
+}
+
+/* The sampling test: a flat distribution (temperature 3), and a prompt
+ * that ends with the model's likeliest token twice, so that about half of
+ * the drafts are accepted. */
+#define TEMP 3.0
+#define REPEATS 2
+
+/* A chi-square statistic's critical value at significance 0.001
+ * (Wilson-Hilferty). */
+static double chi2_critical(int df)
+{
+	const double z = 3.0902, a = 2.0 / (9.0 * df);
+	return df * pow(1 - a + z * sqrt(a), 3);
+}
+
+/* Softmax of logits / t over the vocabulary. */
+static void softmax(const float *logits, double t, double *p)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int v = 0; v < vocab; v++)
+		mx = fmax(mx, logits[v] / t);
+	for (int v = 0; v < vocab; v++)
+		sum += p[v] = exp(logits[v] / t - mx);
+	for (int v = 0; v < vocab; v++)
+		p[v] /= sum;
+}
+
+/* The model's distribution after ids[0, n) at temperature t. */
+static void target(struct atlas_engine *e, const int32_t *ids, int n, double t, double *p)
+{
+	float *lg = malloc(sizeof(float) * (size_t)n * (size_t)vocab);
+	char err[ATLAS_ERRLEN];
+	assert_int_equal(atlas_engine_logits(e, ids, (size_t)n, lg, err, sizeof err), 0);
+	softmax(lg + (size_t)(n - 1) * (size_t)vocab, t, p);
+	free(lg);
+}
+
+/* Chi-square of counts[vocab] (n draws) against p: cells of expected count
+ * 5 or more, the rest pooled. Fails the test above the 0.001 critical value. */
+static void chi_square(const int *counts, int n, const double *p, const char *what)
+{
+	double x2 = 0, pool_e = 0;
+	int pool_o = 0, cells = 0;
+	for (int v = 0; v < vocab; v++) {
+		const double ex = p[v] * n;
+		if (ex >= 5) {
+			x2 += (counts[v] - ex) * (counts[v] - ex) / ex;
+			cells++;
+		} else {
+			pool_e += ex;
+			pool_o += counts[v];
+		}
+	}
+	if (pool_e >= 5) {
+		x2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+		cells++;
+	}
+	print_message("%s: %d draws, %d cells, chi-square %.1f (critical %.1f)\n", what, n, cells,
+		      x2, chi2_critical(cells - 1));
+	assert_true(cells >= 3);
+	assert_true(x2 < chi2_critical(cells - 1));
+}
+
+/* Sampled at temperature 1 over many seeds: the first decode step is a
+ * verify whose rows draw tokens 2 and 3. Given the modal token 1, token 2
+ * follows the model's distribution; given the modal tokens 1 and 2 (the
+ * draft of row 1 was what row 0 drew when they equal it), so does token 3. */
+static void test_sampling_distribution(void **state)
+{
+	enum { SEEDS = 1600 };
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_NGRAM, .k = 4, .temperature = TEMP };
+	struct atlas_engine *e = open_engine(&o);
+	struct atlas_session *s[SESSIONS];
+	char err[ATLAS_ERRLEN], name[16], seed[24];
+	int32_t prompt[72], (*got)[3] = calloc(SEEDS, sizeof *got);
+	double *p = malloc(sizeof(double) * (size_t)vocab);
+	int n = repeating_prompt(prompt, 5);
+	/* Then the model's likeliest token, said a few times: prompt lookup
+	 * drafts it again, and the model often but not always agrees. */
+	target(e, prompt, n, TEMP, p);
+	int likely = 0;
+	for (int v = 1; v < vocab; v++)
+		if (p[v] > p[likely])
+			likely = v;
+	for (int j = 0; j < REPEATS; j++)
+		prompt[n++] = likely;
+	for (int i = 0; i < SESSIONS; i++) {
+		snprintf(name, sizeof name, "d%d", i);
+		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
+		set_params(s[i], &o);
+		et_set(s[i], "max_tokens", "3");
+	}
+	for (int d = 0; d < SEEDS; d += SESSIONS) {
+		for (int i = 0; i < SESSIONS; i++) {
+			atlas_session_reset(s[i]);
+			snprintf(seed, sizeof seed, "%d", d + i + 1);
+			et_set(s[i], "seed", seed);
+			assert_true(atlas_session_submit_tokens(s[i], prompt, (size_t)n, err,
+								sizeof err) > 0);
+		}
+		for (int i = 0; i < SESSIONS; i++) {
+			const uint64_t turn = atlas_session_newest_turn(s[i]);
+			int32_t *pr, *gen;
+			size_t np, ng;
+			assert_int_equal(et_wait_turn(s[i], turn, NULL, 0, 0), 0);
+			assert_int_equal(atlas_session_turn_tokens(s[i], turn, &pr, &np, &gen, &ng), 0);
+			assert_int_equal(ng, 3);
+			memcpy(got[d + i], gen, sizeof got[0]);
+			free(pr);
+			free(gen);
+		}
+	}
+	struct atlas_engine_stats *st = malloc(sizeof *st);
+	atlas_engine_stats(e, st);
+	print_message("%llu drafts, %llu of %llu draft tokens accepted\n",
+		      (unsigned long long)st->spec.drafts_total,
+		      (unsigned long long)st->spec.accepted_tokens_total,
+		      (unsigned long long)st->spec.draft_tokens_total);
+	assert_true(st->spec.accepted_tokens_total > 0);
+	assert_true(st->spec.accepted_tokens_total < st->spec.draft_tokens_total);
+	free(st);
+
+	int *counts = calloc((size_t)vocab, sizeof *counts);
+	int32_t ctx[72];
+	memcpy(ctx, prompt, sizeof(int32_t) * (size_t)n);
+	for (int pos = 1; pos < 3; pos++) {
+		/* The modal prefix of the tokens before pos. */
+		int m = 0;
+		for (int j = 0; j < pos; j++) {
+			memset(counts, 0, sizeof(int) * (size_t)vocab);
+			for (int d = 0; d < SEEDS; d++)
+				if (!memcmp(got[d], ctx + n, sizeof(int32_t) * (size_t)j))
+					counts[got[d][j]]++;
+			int best = 0;
+			for (int v = 1; v < vocab; v++)
+				if (counts[v] > counts[best])
+					best = v;
+			ctx[n + j] = best;
+		}
+		memset(counts, 0, sizeof(int) * (size_t)vocab);
+		for (int d = 0; d < SEEDS; d++)
+			if (!memcmp(got[d], ctx + n, sizeof(int32_t) * (size_t)pos)) {
+				counts[got[d][pos]]++;
+				m++;
+			}
+		target(e, ctx, n + pos, TEMP, p);
+		char what[64];
+		snprintf(what, sizeof what, "token %d given the modal %d before it", pos + 1, pos);
+		chi_square(counts, m, p, what);
+	}
+	free(counts);
+	free(p);
+	free(got);
+	for (int i = 0; i < SESSIONS; i++)
+		atlas_session_close(s[i]);
+	atlas_engine_close(e);
+}
+
+int main(int argc, char **argv)
+{
+	int rc = et_model_arg(argc, argv, &model_dir);
+	if (rc)
+		return rc;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_greedy_matrix),
+		cmocka_unit_test(test_swap_tier),
+		cmocka_unit_test(test_sampled_same_text),
+		cmocka_unit_test(test_gate),
+		cmocka_unit_test(test_sampling_distribution),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
