@@ -16,7 +16,8 @@
 # 2. the engine invariants (tests/engine: test_engine, test_swap for the
 #    KV swap tier, test_persist for kept sessions) with
 #    ATLAS_TEST_BACKEND=cuda, on each of the five
-#    transformers test models, and the scripted family's
+#    transformers test models, test_spec (speculative decoding) on one,
+#    and the scripted family's
 #    forward pass (tests/model/test_script.c) on cuda;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
 # 4. atlas bench on the default model.
@@ -55,6 +56,11 @@ for m in tests/fidelity/models/*/; do
 		>"$out/persist-cuda-${m##*/}.log" 2>&1 || failed=$((failed + 1))
 	echo "${m##*/} persist: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/persist-cuda-${m##*/}.log" | tr '\n' ' ')"
 done
+
+part speculative decoding on cuda
+ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
+	>"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
+grep -E '^\[ *(PASSED|FAILED|  ERROR) |accepted|chi-square|decode step' "$out/spec-cuda.log"
 
 part scripted family on cuda
 ATLAS_TEST_BACKEND=cuda $build/tests/model/test_model_script tests/fs/script-model \

@@ -51,13 +51,23 @@ static const char usage[] =
 	"                      the tier named) beside prefill (recomputing the N tokens).\n"
 	"                      Needs kv_memory holding N to `context` tokens and a\n"
 	"                      [swap] tier; runs only these rows\n"
+	"  --verify K,...      verify steps of K drafts per session beside a decode\n"
+	"                      step, at the batch sizes of --verify-batch (default 1,32)\n"
+	"                      and --verify-context (default 512), on the executor alone;\n"
+	"                      runs only these rows\n"
+	"  --verify-batch B,...\n"
+	"  --verify-context N\n"
+	"  --spec-prompt FILE  answer the text in FILE greedily (--gen-tokens tokens) with\n"
+	"                      speculation off, then on (spec auto): tokens per second,\n"
+	"                      acceptance; repeatable; runs only these rows\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
 
 enum {
 	OPT_PROMPT_TOKENS = OPT_FIRST_OWN, OPT_GEN_TOKENS, OPT_BATCH, OPT_CSV, OPT_DUMMY, OPT_ARCH,
-	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT, OPT_RESUME,
+	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT, OPT_RESUME, OPT_VERIFY,
+	OPT_VERIFY_BATCH, OPT_VERIFY_CONTEXT, OPT_SPEC_PROMPT,
 };
 
 static const struct option options[] = {
@@ -73,6 +83,10 @@ static const struct option options[] = {
 	{ "csv", no_argument, NULL, OPT_CSV },
 	{ "csv-out", required_argument, NULL, OPT_CSV_OUT },
 	{ "resume", required_argument, NULL, OPT_RESUME },
+	{ "verify", required_argument, NULL, OPT_VERIFY },
+	{ "verify-batch", required_argument, NULL, OPT_VERIFY_BATCH },
+	{ "verify-context", required_argument, NULL, OPT_VERIFY_CONTEXT },
+	{ "spec-prompt", required_argument, NULL, OPT_SPEC_PROMPT },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -84,6 +98,11 @@ struct bench {
 	int n_batches, batches[MAX_POINTS];
 	int n_long_batches, long_batches[MAX_POINTS];
 	int n_resumes, resumes[MAX_POINTS];  /* --resume: contexts of the swap rows */
+	int n_verify, verify[MAX_POINTS];    /* --verify: drafts of the verify rows */
+	int n_verify_batches, verify_batches[MAX_POINTS];
+	int verify_context;
+	int n_spec_prompts;                  /* --spec-prompt files */
+	const char *spec_prompts[MAX_POINTS];
 	int long_context;
 	int gen_tokens;
 	bool csv, dummy;
@@ -177,6 +196,26 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 			status = parse_list(argv[0], "--resume", optarg, 1, 1 << 24, b->resumes,
 					    &b->n_resumes);
 			break;
+		case OPT_VERIFY:
+			status = parse_list(argv[0], "--verify", optarg, 1, ATLAS_SPEC_K_MAX, b->verify,
+					    &b->n_verify);
+			break;
+		case OPT_VERIFY_BATCH:
+			status = parse_list(argv[0], "--verify-batch", optarg, 1, 256,
+					    b->verify_batches, &b->n_verify_batches);
+			break;
+		case OPT_VERIFY_CONTEXT:
+			status = parse_list(argv[0], "--verify-context", optarg, 1, 1 << 24,
+					    &b->verify_context, &n);
+			if (!status && n != 1)
+				status = cli_usage(argv[0], "--verify-context: give one value");
+			break;
+		case OPT_SPEC_PROMPT:
+			if (b->n_spec_prompts == MAX_POINTS)
+				status = cli_usage(argv[0], "--spec-prompt: at most %d files", MAX_POINTS);
+			else
+				b->spec_prompts[b->n_spec_prompts++] = optarg;
+			break;
 		}
 	}
 	if (!status && optind < argc)
@@ -194,7 +233,8 @@ static int32_t next_id(struct bench *b)
 	return (int32_t)(b->rng % (uint64_t)b->vocab);
 }
 
-/* Open n sessions, greedy and raw, generating past end-of-sequence tokens. */
+/* Open n sessions, greedy and raw, generating past end-of-sequence tokens,
+ * without speculation (the decode rows are plain decoding's). */
 static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 {
 	char err[ATLAS_ERRLEN], name[32];
@@ -208,6 +248,7 @@ static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 		p.mode = ATLAS_MODE_RAW;
 		p.ignore_eos = true;
 		p.n_stop = 0;
+		p.spec = ATLAS_SPEC_OFF;
 		if (atlas_session_set_params(s[i], &p, err, sizeof err))
 			return cli_fail(b->cmd, "session %s: %s", name, err);
 	}
@@ -465,6 +506,11 @@ static int run(struct bench *b)
 	}
 	if (b->n_resumes)
 		return status;
+	for (int i = 0; !status && i < b->n_spec_prompts; i++)
+		status = bench_spec_prompt(b->cmd, b->e, &b->waiter, b->spec_prompts[i],
+					   b->gen_tokens, i == 0, b->table, b->csv_file);
+	if (b->n_spec_prompts)
+		return status;
 	for (int i = 0; !status && i < b->n_prompts; i++)
 		if (!(status = prefill(b, b->prompts[i], &r)))
 			bench_print_result(&r, &b->bound, b->gen_tokens, b->table, b->csv_file);
@@ -495,6 +541,14 @@ static int open_and_run(struct bench *b)
 		snprintf(cfg->load_format, sizeof cfg->load_format, "dummy");
 		snprintf(cfg->model, sizeof cfg->model, "%s-%s", b->arch ? b->arch : "qwen3",
 			 b->shape ? b->shape : "0.6b");
+	}
+	if (!status && b->n_verify) {
+		FILE *table = b->csv ? NULL : stdout, *csv = b->csv ? stdout : NULL;
+		for (int i = 0; !status && i < b->n_verify_batches; i++)
+			status = bench_verify(b->cmd, cfg, b->verify_batches[i], b->verify_context,
+					      b->verify, b->n_verify, i == 0, table, csv);
+		free(cfg);
+		return status;
 	}
 	if (!status && bench_copy_bandwidth(cfg, &b->bound.bandwidth, err, sizeof err))
 		status = cli_fail(b->cmd, "%s", err);
@@ -527,7 +581,9 @@ int cmd_bench(int argc, char **argv)
 	*b = (struct bench){ .cmd = argv[0], .n_prompts = 3, .prompts = { 512, 2048, 8192 },
 			     .n_batches = 5, .batches = { 1, 8, 32, 64, 128 },
 			     .n_long_batches = 5, .long_batches = { 1, 8, 32, 64, 128 },
-			     .long_context = 8192, .gen_tokens = 128 };
+			     .long_context = 8192, .gen_tokens = 128,
+			     .n_verify_batches = 2, .verify_batches = { 1, 32 },
+			     .verify_context = 512 };
 	bool help = false;
 	int status = parse_args(argc, argv, b, &help);
 	if (!status && help)

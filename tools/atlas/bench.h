@@ -1,5 +1,6 @@
-/* atlas bench: shared between the runs (bench.c) and the report and the
- * bandwidth measurement (bench_report.c). */
+/* atlas bench: shared between the runs (bench.c), the report and the
+ * bandwidth measurement (bench_report.c) and the rows of speculative
+ * decoding (bench_spec.c). */
 #ifndef ATLAS_TOOLS_BENCH_H
 #define ATLAS_TOOLS_BENCH_H
 
@@ -9,6 +10,7 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
+#include "tools/atlas/cli.h"
 
 /* One line of the report. */
 struct bench_result {
@@ -46,5 +48,14 @@ void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound,
 			FILE *csv);
 void bench_print_result(const struct bench_result *r, const struct bench_bound *bound,
 			int gen_tokens, FILE *table, FILE *csv);
+
+/* Rows of a decode step and of verify steps of k = ks[i] drafts, batch
+ * sequences at position context, run on an executor of cfg's model alone
+ * (no engine may be open). */
+int bench_verify(const char *cmd, const struct atlas_config *cfg, int batch, int context,
+		 const int *ks, int n_ks, bool header, FILE *table, FILE *csv);
+/* The row of the prompt in file path, answered with speculation off and on. */
+int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
+		      const char *path, int max_tokens, bool header, FILE *table, FILE *csv);
 
 #endif
