@@ -90,7 +90,8 @@ static int draft_room(const struct atlas_session *s, const struct turn *t, int c
 	return (int)ATLAS_MAX(0, ATLAS_MIN((long)s->params.spec_k, ATLAS_MIN(left, room)));
 }
 
-static void plan_session(struct atlas_engine *e, struct atlas_session *s, int others)
+/* Set s's drafts for the next plan; returns how many. */
+static int plan_session(struct atlas_engine *e, struct atlas_session *s, int others)
 {
 	struct sched_req *r = &s->req;
 	struct spec_session *p = &s->spec;
@@ -98,15 +99,15 @@ static void plan_session(struct atlas_engine *e, struct atlas_session *s, int ot
 	p->drafting = p->gated = false;
 	if (!t || t->done || s->params.spec == ATLAS_SPEC_OFF || r->phase != REQ_RUNNING ||
 	    r->forgotten || r->n_tokens != (size_t)r->seq.n_tokens + 1)
-		return;
+		return 0;
 	check_shadow(s, t);
 	const int kmax = draft_room(s, t, e->context);
 	if (kmax <= 0)
-		return;
+		return 0;
 	int32_t drafts[ATLAS_SPEC_K_MAX];
 	const int n = ngram_propose(&p->ngram, r->tokens, r->n_tokens, kmax, drafts);
 	if (n <= 0)
-		return;
+		return 0;
 	const int k = e->cfg.spec_gate
 		? spec_gate_k(&e->spec.cost, spec_accept_rate(&p->accept), others, n) : n;
 	if (k == 0) {
@@ -117,23 +118,27 @@ static void plan_session(struct atlas_engine *e, struct atlas_session *s, int ot
 			p->n_shadow = n;
 			p->shadow_at = r->n_tokens;
 		}
-		return;
+		return 0;
 	}
 	memcpy(r->draft, drafts, (size_t)k * sizeof *drafts);
 	r->n_draft = k;
 	p->drafting = true;
 	p->n_shadow = 0;
+	return k;
 }
 
+/* The gate weighs each session's drafts against the step as planned so
+ * far: every running session's row and the drafts granted before it, so
+ * that many sessions' verifies together must pay for the step they make. */
 void spec_plan(struct atlas_engine *e)
 {
-	int running = 0;
+	int rows = 0;
 	for (int i = 0; i < e->sched.n_slots; i++)
-		running += e->sched.slots[i] != NULL;
+		rows += e->sched.slots[i] != NULL;
 	for (struct atlas_session *s = e->sessions; s; s = s->next) {
 		s->req.n_draft = 0;
 		if (!s->closed)
-			plan_session(e, s, ATLAS_MAX(0, running - 1));
+			rows += plan_session(e, s, ATLAS_MAX(0, rows - 1));
 	}
 }
 

@@ -90,11 +90,14 @@ static void run_turn(struct atlas_session *s, int t, int32_t *out)
 	free(gen);
 }
 
+/* Rows the engine computed, but the drafts that verification rejected
+ * (speculative decoding computes those too, and they leave no KV). */
 static uint64_t step_tokens(struct atlas_engine *e)
 {
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	atlas_engine_stats(e, st);
-	uint64_t n = st->step_tokens_total;
+	uint64_t n = st->step_tokens_total - st->spec.draft_tokens_total +
+		     st->spec.accepted_tokens_total;
 	free(st);
 	return n;
 }

@@ -60,6 +60,8 @@ static const char usage[] =
 	"  --spec-prompt FILE  answer the text in FILE greedily (--gen-tokens tokens) with\n"
 	"                      speculation off, then on (spec auto): tokens per second,\n"
 	"                      acceptance; repeatable; runs only these rows\n"
+	"  --spec MODE         speculative decoding of the prefill and decode rows'\n"
+	"                      sessions: off (default), auto or ngram\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
@@ -67,7 +69,7 @@ static const char usage[] =
 enum {
 	OPT_PROMPT_TOKENS = OPT_FIRST_OWN, OPT_GEN_TOKENS, OPT_BATCH, OPT_CSV, OPT_DUMMY, OPT_ARCH,
 	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT, OPT_RESUME, OPT_VERIFY,
-	OPT_VERIFY_BATCH, OPT_VERIFY_CONTEXT, OPT_SPEC_PROMPT,
+	OPT_VERIFY_BATCH, OPT_VERIFY_CONTEXT, OPT_SPEC_PROMPT, OPT_SPEC,
 };
 
 static const struct option options[] = {
@@ -87,6 +89,7 @@ static const struct option options[] = {
 	{ "verify-batch", required_argument, NULL, OPT_VERIFY_BATCH },
 	{ "verify-context", required_argument, NULL, OPT_VERIFY_CONTEXT },
 	{ "spec-prompt", required_argument, NULL, OPT_SPEC_PROMPT },
+	{ "spec", required_argument, NULL, OPT_SPEC },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -103,6 +106,7 @@ struct bench {
 	int verify_context;
 	int n_spec_prompts;                  /* --spec-prompt files */
 	const char *spec_prompts[MAX_POINTS];
+	enum atlas_spec spec;                /* --spec of the decode rows' sessions */
 	int long_context;
 	int gen_tokens;
 	bool csv, dummy;
@@ -210,6 +214,11 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 			if (!status && n != 1)
 				status = cli_usage(argv[0], "--verify-context: give one value");
 			break;
+		case OPT_SPEC:
+			if (atlas_spec_parse(optarg, &b->spec))
+				status = cli_usage(argv[0], "--spec: '%s' is not off, auto or ngram",
+						   optarg);
+			break;
 		case OPT_SPEC_PROMPT:
 			if (b->n_spec_prompts == MAX_POINTS)
 				status = cli_usage(argv[0], "--spec-prompt: at most %d files", MAX_POINTS);
@@ -234,7 +243,7 @@ static int32_t next_id(struct bench *b)
 }
 
 /* Open n sessions, greedy and raw, generating past end-of-sequence tokens,
- * without speculation (the decode rows are plain decoding's). */
+ * with --spec (off by default: the decode rows are plain decoding's). */
 static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 {
 	char err[ATLAS_ERRLEN], name[32];
@@ -248,7 +257,7 @@ static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 		p.mode = ATLAS_MODE_RAW;
 		p.ignore_eos = true;
 		p.n_stop = 0;
-		p.spec = ATLAS_SPEC_OFF;
+		p.spec = b->spec;
 		if (atlas_session_set_params(s[i], &p, err, sizeof err))
 			return cli_fail(b->cmd, "session %s: %s", name, err);
 	}
