@@ -7,6 +7,10 @@
 #
 # SHAPE is an --arch/--shape pair as arch-shape (default: qwen3-0.6b
 # qwen3-8b). Each shape prints its table and writes bench-SHAPE.csv to $OUT.
+# SHAPE `spec` makes the speculative decoding tables instead: verify steps
+# of 1..8 drafts beside a decode step for the qwen3-8b and qwen3-0.6b
+# shapes at batch 1 and 32 (verify-SHAPE.csv), and prompt lookup on the
+# default model with the prompts of tools/spec-prompts.
 # chunk_size 2048: prompt chunks big enough for the tensor cores; the
 # default of 256 suits a CPU.
 set -u
@@ -23,7 +27,25 @@ if [ ! -x $build/tools/atlas ]; then
 fi
 [ $# -gt 0 ] || set -- qwen3-0.6b qwen3-8b
 failed=0
+spec() {
+	for s in 8b 0.6b; do
+		echo
+		echo "== verify, qwen3-$s"
+		$build/tools/atlas bench --dummy-weights --shape $s -o log_level=warn \
+			--verify 1,2,3,4,5,6,7,8 --verify-batch 1,32 --verify-context 512 \
+			--csv-out "$out/verify-$s.csv" || failed=$((failed + 1))
+	done
+	echo
+	echo "== prompt lookup, the default model"
+	$build/tools/atlas bench -o backend=cuda -o log_level=warn --gen-tokens 256 \
+		--spec-prompt tools/spec-prompts/list.txt --spec-prompt tools/spec-prompts/edit.txt \
+		--spec-prompt tools/spec-prompts/free.txt || failed=$((failed + 1))
+}
 for s in "$@"; do
+	if [ "$s" = spec ]; then
+		spec
+		continue
+	fi
 	echo
 	$build/tools/atlas bench --dummy-weights --arch "${s%%-*}" --shape "${s#*-}" \
 		-o chunk_size=2048 -o log_level=warn --csv-out "$out/bench-$s.csv" ||
