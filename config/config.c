@@ -21,7 +21,7 @@
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const load_format_names[] = { "files", "dummy", NULL };
 static const char *const mode_names[] = { "auto", "chat", "raw", NULL };
-static const char *const spec_names[] = { "off", "auto", "ngram", NULL };
+static const char *const spec_names[] = { "off", "auto", "ngram", "draft", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 
 /* offsetof(struct atlas_config, f), refusing to compile when f is not a T. */
@@ -173,8 +173,10 @@ const struct atlas_key atlas_keys[] = {
 	     "cheaply, then check them all with one forward pass of the model and keep those it "
 	     "agrees with. off never drafts; ngram drafts what followed the newest earlier "
 	     "occurrence of the context's last few tokens (prompt lookup, no model needed: fast "
-	     "on text that repeats or edits its input); auto uses the best drafter there is "
-	     "(ngram). The output is the same with it on or off, greedy or sampled with a seed."),
+	     "on text that repeats or edits its input); draft asks the smaller model of "
+	     "draft_model; auto uses prompt lookup where the context repeats itself and the "
+	     "draft model (when there is one) elsewhere. The output is the same with it on or "
+	     "off, greedy or sampled with a seed."),
 	INT("spec", spec_k, 1, ATLAS_SPEC_K_MAX, "4",
 	    "Most draft tokens one verification checks (a new session's ctl key spec_k), at "
 	    "most 8. The gate may use fewer."),
@@ -189,6 +191,16 @@ const struct atlas_key atlas_keys[] = {
 	     "device; prompt lookup keeps checking its drafts against the tokens that come, so "
 	     "that a session that starts repeating itself gets speculation back. false drafts "
 	     "at every step (measurements and tests)."),
+	STRING("spec", draft_model, "",
+	       "Directory of a smaller model with the model's tokenizer and vocabulary (a shape "
+	       "name with load_format dummy), loaded on the same backend to draft tokens for "
+	       "spec = draft or auto. Each session keeps its own KV in the draft model's pool. "
+	       "Empty: no draft model. A draft model whose vocabulary differs from the model's "
+	       "stops atlasd at startup."),
+	SIZE("spec", draft_kv_memory, 0, 1048576 * GIB, "512M",
+	     "Memory for the draft model's KV cache blocks, in bytes with an optional suffix. "
+	     "When it is full, sessions not drafting at the moment give theirs back; a session "
+	     "that finds no room does not draft in that step."),
 
 	STRING("fs", mountpoint, "",
 	       "Directory where atlasd mounts the filesystem. A mountpoint given on atlasd's "
@@ -639,6 +651,9 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'spec_ngram_min': %d is more than spec_ngram_max (%d)",
 				  c->spec_ngram_min, c->spec_ngram_max);
+	if (c->spec == ATLAS_SPEC_DRAFT && !c->draft_model[0])
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'spec': draft needs a draft model (key draft_model)");
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

@@ -25,8 +25,8 @@
 enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
 
 /* Speculative decoding of a session: no drafts, the best drafter the engine
- * has, or prompt lookup over the session's own context. */
-enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM };
+ * has, prompt lookup over the session's own context, or the draft model. */
+enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM, ATLAS_SPEC_DRAFT };
 /* Most draft tokens one verify takes (spec_k), and the n-gram lengths of
  * prompt lookup. */
 #define ATLAS_SPEC_K_MAX 8
@@ -73,6 +73,8 @@ struct atlas_config {
 	int spec_k;                     /* most draft tokens of one verify */
 	int spec_ngram_min, spec_ngram_max;     /* n-gram lengths prompt lookup tries */
 	bool spec_gate;                 /* turn speculation off where it does not pay */
+	char draft_model[ATLAS_PATH_MAX];       /* the draft model's directory (or shape), "" none */
+	uint64_t draft_kv_memory;       /* bytes of the draft model's KV blocks */
 
 	/* [fs] */
 	char mountpoint[ATLAS_PATH_MAX];

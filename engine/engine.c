@@ -46,6 +46,7 @@ static void housekeeping(struct atlas_engine *e)
 		}
 		if (s->req.forgotten) {
 			sched_drop(&e->sched, &s->req);
+			spec_session_forget(e, &s->spec);
 			s->req.forgotten = false;
 		}
 		pp = &s->next;
@@ -305,6 +306,9 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	}
 	struct step_limits lim;
 	engine_step_limits(c, &lim);
+	/* A draft model's memory first: an automatic kv_memory sees it. */
+	if ((rc = spec_open(e, err, errlen)))
+		return rc;
 	if ((rc = exec_open(c, engine_seq_slots(c), &lim, &e->x, err, errlen)))
 		return rc;
 	e->mc = e->x->mc;
@@ -322,9 +326,10 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	if ((rc = step_cmd_alloc(&e->cmd, &e->x->lim)) ||
 	    (rc = sched_init(&e->sched, &e->x->pool, slots, c->chunk_size,
 			     ATLAS_MIN(c->chunk_size, ENGINE_LOGITS_CHUNK), e->x->geo.max_blocks,
-			     lim.max_seqs, c->kv_device_blocks_per_seq)) ||
-	    (rc = spec_open(e)))
+			     lim.max_seqs, c->kv_device_blocks_per_seq)))
 		return atlas_errf(err, errlen, rc, "out of memory for the scheduler");
+	if ((rc = spec_bind(e, err, errlen)))
+		return rc;
 	e->sched.spec_rows = spec_rows(c);
 	if ((rc = persist_restore(e)))
 		return atlas_errf(err, errlen, rc, "kv_persist: out of memory for the kept sessions");

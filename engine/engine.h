@@ -75,7 +75,7 @@ struct atlas_params {
 	enum atlas_mode mode;           /* chat or raw (never auto once a session exists) */
 	bool ignore_eos;                /* generate max_tokens even past end-of-sequence
 					 * tokens (benchmarks) */
-	enum atlas_spec spec;           /* speculative decoding: off, auto, ngram */
+	enum atlas_spec spec;           /* speculative decoding: off, auto, ngram, draft */
 	int spec_k;                     /* most draft tokens one verify checks, 1..ATLAS_SPEC_K_MAX */
 	int n_stop;
 	char stop[ATLAS_STOP_MAX][ATLAS_STOP_LEN];
@@ -173,9 +173,11 @@ struct atlas_slot_stats {
 	uint64_t position;                /* tokens in the sequence's KV */
 	uint32_t kv_blocks[ATLAS_TIERS];
 	double draft_acceptance;          /* 0..1 of its session's draft tokens, 0 without any */
-	char spec[8];                     /* its speculation now: "off", "on" (drafting) or
-					   * "gated" (drafts would not pay; prompt lookup keeps
-					   * checking them against the tokens that come) */
+	char spec[8];                     /* its speculation now: "off", the drafter of its
+					   * drafts ("ngram", "draft"), or "gated" (drafts would
+					   * not pay; prompt lookup keeps checking them against
+					   * the tokens that come, a draft model tries again
+					   * every so often) */
 	double tokens_per_s;
 };
 
@@ -198,11 +200,24 @@ struct atlas_kv_stats {
 	uint64_t staged_bytes_total;      /* bytes those reads moved, all layers */
 };
 
+/* Drafters, in ctl/spec's order: prompt lookup, the draft model. */
+#define ATLAS_SPEC_DRAFTERS 2
+
 struct atlas_spec_stats {
-	char method[16];                  /* a new session's spec setting: "off", "auto", "ngram" */
+	char method[16];                  /* a new session's spec setting: "off", "auto",
+					   * "ngram", "draft" */
+	char draft_model[ATLAS_PATH_MAX]; /* the draft model's directory, "" without one */
 	uint64_t drafts_total;            /* verifications of one session's drafts */
 	uint64_t draft_tokens_total;      /* draft tokens verified */
 	uint64_t accepted_tokens_total;   /* draft tokens the model agreed with */
+	struct {
+		char name[8];             /* "ngram", "draft" */
+		uint64_t drafts_total, draft_tokens_total, accepted_tokens_total;
+	} by_drafter[ATLAS_SPEC_DRAFTERS];
+	double draft_seconds_per_token;   /* the draft model's time per draft token of one
+					   * session (0: not measured) */
+	uint64_t draft_errors_total;      /* draft model runs that failed (their sessions
+					   * decoded without drafts) */
 	uint64_t gated_total;             /* decode steps of sessions whose gate held drafts back */
 	double acceptance_by_position[ATLAS_SPEC_POSITIONS];  /* accepted / verified, by the
 							       * draft token's place */

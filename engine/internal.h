@@ -22,8 +22,8 @@
 
 #include "engine/engine.h"
 #include "engine/sched/sched.h"
+#include "engine/spec/drafter.h"
 #include "engine/spec/gate.h"
-#include "engine/spec/ngram.h"
 #include "engine/step/exec.h"
 #include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -46,15 +46,22 @@ struct turn {
 
 /* A session's speculative decoding (engine/speculate.c). */
 struct spec_session {
-	struct ngram_index ngram;       /* prompt lookup over the session's context */
-	struct spec_accept accept;      /* the gate's acceptance estimate */
-	int32_t shadow[ATLAS_SPEC_K_MAX];       /* drafts the gate held back: guesses of
-						 * tokens[shadow_at, shadow_at + n_shadow) */
+	void *state[SPEC_DRAFTERS];     /* each open drafter's state of the session (NULL: the
+					 * drafter is absent, or had no memory); owned */
+	struct spec_accept accept[SPEC_DRAFTERS];       /* the gate's estimate, by drafter */
+	int32_t shadow[ATLAS_SPEC_K_MAX];       /* prompt lookup's drafts the gate held back:
+						 * guesses of tokens[shadow_at, shadow_at + n_shadow) */
 	int n_shadow;
 	size_t shadow_at;
-	bool drafting;                  /* the last plan sent drafts */
+	int held;                       /* plans since the gate last let the draft model draft */
+	int drafter;                    /* the drafter of the last plan's drafts, -1: none */
 	bool gated;                     /* the last plan held drafts back */
 	uint64_t draft_tokens, accepted;        /* verified and accepted draft tokens */
+	/* Queued for a drafter that runs a model (spec_plan): the request, and
+	 * the context it was made for. */
+	struct draft_req req;
+	uint64_t req_epoch;
+	size_t req_tokens;
 };
 
 struct atlas_session {
@@ -90,6 +97,7 @@ struct atlas_session {
 };
 
 _Static_assert((int)KV_TIERS == (int)ATLAS_TIERS, "the KV tiers are the API's tiers");
+_Static_assert((int)SPEC_DRAFTERS == (int)ATLAS_SPEC_DRAFTERS, "ctl/spec shows every drafter");
 
 /* The session a (non-tools) scheduler request belongs to. */
 static inline struct atlas_session *session_of(struct sched_req *r)
@@ -116,9 +124,19 @@ typedef void (*engine_step_fn)(void *ctx, const struct step_cmd *cmd,
 enum persist_phase { PERSIST_NONE, PERSIST_ASKED, PERSIST_DONE };
 
 /* Speculative decoding, engine-wide (engine/speculate.c; lock). */
+struct spec_totals {
+	uint64_t drafts, draft_tokens, accepted;
+};
+
 struct spec_engine {
+	void *drafter[SPEC_DRAFTERS];   /* each drafter's own state, NULL: absent; owned */
 	struct spec_cost cost;          /* the gate's measured step seconds by rows */
-	uint64_t drafts, draft_tokens, accepted, gated;
+	struct spec_cost draft_cost;    /* seconds of the draft model per draft token, by the
+					 * sessions drafting together */
+	struct atlas_session **queued;  /* [max_batch] sessions queued for the draft model */
+	int n_queued;
+	struct spec_totals all, by[SPEC_DRAFTERS];
+	uint64_t gated, draft_errors;
 	uint64_t tried_at[ATLAS_SPEC_K_MAX];    /* verifies with a draft token at place j */
 	uint64_t accepted_at[ATLAS_SPEC_K_MAX]; /* ... whose token at place j was accepted */
 };
@@ -195,16 +213,21 @@ struct turn *session_newest(struct atlas_session *s);
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg);
 void session_accept_token(struct atlas_session *s, int32_t id);
 
-/* engine/speculate.c: a session's state; drafts for the next plan (every
- * decoding session's req.n_draft); the outcome of the verify segment
- * cmd.seqs[i] whose first out row is `out` (its tokens go to the session,
- * the rest of its KV is rolled back); the cost model's measurements; the
- * ctl/spec numbers. */
-int spec_open(struct atlas_engine *e);
+/* engine/speculate.c: the drafters, opened before the model (spec_open)
+ * and checked against it once it is loaded (spec_bind); a session's state
+ * (init from any thread; forget and free on the engine thread, reset under
+ * the lock by whoever resets the session); drafts for the next plan (every
+ * decoding session's req.n_draft; the lock is dropped while a draft model
+ * runs); the outcome of the verify segment cmd.seqs[i] whose first out row
+ * is `out` (its tokens go to the session, the rest of its KV is rolled
+ * back); the cost model's measurements; the ctl/spec numbers. */
+int spec_open(struct atlas_engine *e, char *err, size_t errlen);
+int spec_bind(struct atlas_engine *e, char *err, size_t errlen);
 void spec_close(struct atlas_engine *e);
 void spec_session_init(struct atlas_engine *e, struct spec_session *p);
-void spec_session_free(struct spec_session *p);
+void spec_session_free(struct atlas_engine *e, struct spec_session *p);
 void spec_session_reset(struct spec_session *p);
+void spec_session_forget(struct atlas_engine *e, struct spec_session *p);
 void spec_plan(struct atlas_engine *e);
 void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out);
 void spec_measure(struct atlas_engine *e, int rows, double seconds);

@@ -42,8 +42,12 @@ int params_validate(const struct atlas_engine *e, const struct atlas_params *p, 
 	if (p->mode == ATLAS_MODE_CHAT && (!e->tok || tok_chat_style(e->tok) == TOK_CHAT_NONE))
 		return atlas_errf(err, errlen, -EINVAL,
 				  "mode chat: the model has no chat template (use raw)");
-	if (p->spec != ATLAS_SPEC_OFF && p->spec != ATLAS_SPEC_AUTO && p->spec != ATLAS_SPEC_NGRAM)
-		return atlas_errf(err, errlen, -EINVAL, "spec: must be off, auto or ngram");
+	if ((unsigned)p->spec > ATLAS_SPEC_DRAFT)
+		return atlas_errf(err, errlen, -EINVAL, "spec: must be off, auto, ngram or draft");
+	if (p->spec == ATLAS_SPEC_DRAFT && !e->spec.drafter[SPEC_DRAFTER_DRAFT])
+		return atlas_errf(err, errlen, -EINVAL,
+				  "spec: draft needs a draft model, and atlasd has none (its "
+				  "draft_model key)");
 	if (p->spec_k < 1 || p->spec_k > ATLAS_SPEC_K_MAX)
 		return atlas_errf(err, errlen, -EINVAL, "spec_k: %d is not in [1, %d]", p->spec_k,
 				  ATLAS_SPEC_K_MAX);

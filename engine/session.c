@@ -179,7 +179,7 @@ void session_free(struct atlas_session *s)
 	free(s->req.tokens);
 	free(s->hold);
 	seq_free(&s->e->x->pool, &s->req.seq);
-	spec_session_free(&s->spec);
+	spec_session_free(s->e, &s->spec);
 	free(s);
 }
 
@@ -219,7 +219,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 			/* Kept across a restart: its first handle takes it. */
 			o->held = true;
 			pthread_mutex_unlock(&e->lock);
-			spec_session_free(&s->spec);
+			spec_session_free(e, &s->spec);
 			free(s);
 			*out = o;
 			return 0;
@@ -238,7 +238,7 @@ int atlas_session_open(struct atlas_engine *e, const char *name, struct atlas_se
 	}
 	pthread_mutex_unlock(&e->lock);
 	if (rc) {
-		spec_session_free(&s->spec);
+		spec_session_free(s->e, &s->spec);
 		free(s);
 		return rc;
 	}

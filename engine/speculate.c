@@ -2,9 +2,13 @@
  * the outcome of each verify after its step, the gate and the numbers of
  * ctl/spec.
  *
- * Before a plan, every decoding session with speculation on asks its
- * drafter for up to k guesses of the tokens that follow (k within spec_k,
- * its turn's max_tokens and the context, and what the gate allows); the
+ * Before a plan, every decoding session with speculation on asks a
+ * drafter (spec/drafter.h) for up to k guesses of the tokens that follow (k
+ * within spec_k, its turn's max_tokens and the context, and what the gate
+ * allows): prompt lookup when its setting is ngram, or auto and the context
+ * has a match; the draft model when it is draft, or auto without a match
+ * (or with one the gate holds back). The draft model runs once for every
+ * session that asked it, with the engine lock dropped. Then the
  * scheduler lays its last token and the drafts out as one verify segment
  * whose every row draws with the parameters and the per-position random
  * number plain decoding would use there. After the step, the draws are the
@@ -23,39 +27,85 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "engine/internal.h"
 
-int spec_open(struct atlas_engine *e)
+int spec_open(struct atlas_engine *e, char *err, size_t errlen)
 {
-	return spec_cost_init(&e->spec.cost, e->x->lim.max_rows);
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		int rc = spec_drafters[d]->open(&e->cfg, &e->spec.drafter[d], err, errlen);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int spec_bind(struct atlas_engine *e, char *err, size_t errlen)
+{
+	struct spec_engine *sp = &e->spec;
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		const struct drafter_ops *ops = spec_drafters[d];
+		int rc = sp->drafter[d] && ops->bind
+				 ? ops->bind(sp->drafter[d], e->x, e->tok, err, errlen) : 0;
+		if (rc)
+			return rc;
+	}
+	sp->queued = calloc((size_t)e->cfg.max_batch, sizeof *sp->queued);
+	if (!sp->queued || spec_cost_init(&sp->cost, e->x->lim.max_rows) ||
+	    spec_cost_init(&sp->draft_cost, e->cfg.max_batch))
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory for speculative decoding");
+	return 0;
 }
 
 void spec_close(struct atlas_engine *e)
 {
+	for (int d = 0; d < SPEC_DRAFTERS; d++)
+		if (e->spec.drafter[d])
+			spec_drafters[d]->close(e->spec.drafter[d]);
 	spec_cost_free(&e->spec.cost);
+	spec_cost_free(&e->spec.draft_cost);
+	free(e->spec.queued);
 }
 
 void spec_session_init(struct atlas_engine *e, struct spec_session *p)
 {
 	memset(p, 0, sizeof *p);
-	ngram_init(&p->ngram, e->cfg.spec_ngram_min, e->cfg.spec_ngram_max);
-	spec_accept_init(&p->accept);
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		if (e->spec.drafter[d])
+			p->state[d] = spec_drafters[d]->session_new(e->spec.drafter[d]);
+		spec_accept_init(&p->accept[d]);
+	}
+	p->drafter = -1;
 }
 
-void spec_session_free(struct spec_session *p)
+void spec_session_free(struct atlas_engine *e, struct spec_session *p)
 {
-	ngram_free(&p->ngram);
+	for (int d = 0; d < SPEC_DRAFTERS; d++)
+		if (p->state[d])
+			spec_drafters[d]->session_free(e->spec.drafter[d], p->state[d]);
+	memset(p->state, 0, sizeof p->state);
 }
 
 void spec_session_reset(struct spec_session *p)
 {
-	ngram_reset(&p->ngram);
-	spec_accept_init(&p->accept);
+	for (int d = 0; d < SPEC_DRAFTERS; d++)
+		spec_accept_init(&p->accept[d]);
 	p->n_shadow = 0;
-	p->drafting = p->gated = false;
+	p->held = 0;
+	p->drafter = -1;
+	p->gated = false;
+}
+
+void spec_session_forget(struct atlas_engine *e, struct spec_session *p)
+{
+	for (int d = 0; d < SPEC_DRAFTERS; d++)
+		if (p->state[d])
+			spec_drafters[d]->session_forget(e->spec.drafter[d], p->state[d]);
 }
 
 /* Drafts the gate held back, checked against the tokens plain decoding
@@ -77,7 +127,7 @@ static void check_shadow(struct atlas_session *s, const struct turn *t)
 		a++;
 	if (a < p->n_shadow && (size_t)a == known)
 		return;
-	spec_accept_add(&p->accept, a, a < p->n_shadow);
+	spec_accept_add(&p->accept[SPEC_DRAFTER_NGRAM], a, a < p->n_shadow);
 	p->n_shadow = 0;
 }
 
@@ -90,41 +140,136 @@ static int draft_room(const struct atlas_session *s, const struct turn *t, int c
 	return (int)ATLAS_MAX(0, ATLAS_MIN((long)s->params.spec_k, ATLAS_MIN(left, room)));
 }
 
-/* Set s's drafts for the next plan; returns how many. */
+static void set_drafts(struct atlas_session *s, int drafter, const int32_t *drafts, int k)
+{
+	memcpy(s->req.draft, drafts, (size_t)k * sizeof *drafts);
+	s->req.n_draft = k;
+	s->spec.drafter = drafter;
+	s->spec.gated = false;
+}
+
+/* Prompt lookup: its drafts are free, so the gate sees how many there are,
+ * and keeps checking the ones it holds back. */
+static int plan_ngram(struct atlas_engine *e, struct atlas_session *s, int others, int kmax)
+{
+	struct spec_session *p = &s->spec;
+	struct draft_req q = { .state = p->state[SPEC_DRAFTER_NGRAM], .tokens = s->req.tokens,
+			       .n_tokens = s->req.n_tokens, .k = kmax };
+	spec_drafters[SPEC_DRAFTER_NGRAM]->prepare(e->spec.drafter[SPEC_DRAFTER_NGRAM], &q);
+	if (q.n_drafts <= 0)
+		return 0;
+	const double alpha = spec_accept_rate(&p->accept[SPEC_DRAFTER_NGRAM]);
+	const int k = e->cfg.spec_gate ? spec_gate_k(&e->spec.cost, alpha, others, q.n_drafts, 0)
+				       : q.n_drafts;
+	if (k == 0) {
+		p->gated = true;
+		e->spec.gated++;
+		if (!p->n_shadow) {
+			memcpy(p->shadow, q.drafts, (size_t)q.n_drafts * sizeof *q.drafts);
+			p->n_shadow = q.n_drafts;
+			p->shadow_at = s->req.n_tokens;
+		}
+		return 0;
+	}
+	set_drafts(s, SPEC_DRAFTER_NGRAM, q.drafts, k);
+	p->n_shadow = 0;
+	return k;
+}
+
+/* A drafter that runs a model: the gate picks k first (its cost counts),
+ * then the session is queued for the drafter's run. Returns the rows it
+ * expects to add to the step. */
+static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, int others,
+		      int kmax)
+{
+	struct spec_engine *sp = &e->spec;
+	struct spec_session *p = &s->spec;
+	int k = kmax;
+	if (e->cfg.spec_gate) {
+		const double extra = spec_cost_at(&sp->draft_cost, sp->n_queued + 1);
+		k = spec_gate_k(&sp->cost, spec_accept_rate(&p->accept[d]), others, kmax, extra);
+		if (k == 0 && ++p->held < SPEC_GATE_PROBE) {
+			p->gated = true;
+			sp->gated++;
+			return 0;
+		}
+		if (k == 0)
+			k = kmax;
+	}
+	p->held = 0;
+	if (sp->n_queued >= e->cfg.max_batch)
+		return 0;
+	p->req = (struct draft_req){ .state = p->state[d], .tokens = s->req.tokens,
+				     .n_tokens = s->req.n_tokens, .k = k };
+	if (spec_drafters[d]->prepare(sp->drafter[d], &p->req) != 1)
+		return 0;
+	p->req_epoch = s->req.epoch;
+	p->req_tokens = s->req.n_tokens;
+	sp->queued[sp->n_queued++] = s;
+	return p->req.k;
+}
+
+/* Decide s's drafts for the next plan; returns the rows they add. */
 static int plan_session(struct atlas_engine *e, struct atlas_session *s, int others)
 {
 	struct sched_req *r = &s->req;
 	struct spec_session *p = &s->spec;
 	struct turn *t = session_newest(s);
-	p->drafting = p->gated = false;
-	if (!t || t->done || s->params.spec == ATLAS_SPEC_OFF || r->phase != REQ_RUNNING ||
-	    r->forgotten || r->n_tokens != (size_t)r->seq.n_tokens + 1)
+	const enum atlas_spec m = s->params.spec;
+	p->drafter = -1;
+	p->gated = false;
+	if (!t || t->done || m == ATLAS_SPEC_OFF || r->phase != REQ_RUNNING || r->forgotten ||
+	    r->n_tokens != (size_t)r->seq.n_tokens + 1)
 		return 0;
 	check_shadow(s, t);
 	const int kmax = draft_room(s, t, e->context);
 	if (kmax <= 0)
 		return 0;
-	int32_t drafts[ATLAS_SPEC_K_MAX];
-	const int n = ngram_propose(&p->ngram, r->tokens, r->n_tokens, kmax, drafts);
-	if (n <= 0)
-		return 0;
-	const int k = e->cfg.spec_gate
-		? spec_gate_k(&e->spec.cost, spec_accept_rate(&p->accept), others, n) : n;
-	if (k == 0) {
-		p->gated = true;
-		e->spec.gated++;
-		if (!p->n_shadow) {
-			memcpy(p->shadow, drafts, (size_t)n * sizeof *drafts);
-			p->n_shadow = n;
-			p->shadow_at = r->n_tokens;
-		}
-		return 0;
+	if ((m == ATLAS_SPEC_NGRAM || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_NGRAM]) {
+		const int k = plan_ngram(e, s, others, kmax);
+		if (k > 0 || m == ATLAS_SPEC_NGRAM)
+			return k;
 	}
-	memcpy(r->draft, drafts, (size_t)k * sizeof *drafts);
-	r->n_draft = k;
-	p->drafting = true;
-	p->n_shadow = 0;
-	return k;
+	if ((m == ATLAS_SPEC_DRAFT || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_DRAFT])
+		return plan_model(e, s, SPEC_DRAFTER_DRAFT, others, kmax);
+	return 0;
+}
+
+/* Run the draft model for every queued session without the lock, then
+ * hand each its drafts if its context is still the one they were made for. */
+static void run_model(struct atlas_engine *e, int d)
+{
+	struct spec_engine *sp = &e->spec;
+	struct draft_req *q[ATLAS_MAX_SLOTS];
+	const int n = sp->n_queued;
+	int kmax = 1;
+	char err[ATLAS_ERRLEN];
+	for (int i = 0; i < n; i++) {
+		q[i] = &sp->queued[i]->spec.req;
+		kmax = ATLAS_MAX(kmax, q[i]->k);
+	}
+	pthread_mutex_unlock(&e->lock);
+	const uint64_t t0 = atlas_now_ns();
+	const int rc = spec_drafters[d]->run(sp->drafter[d], q, n, err, sizeof err);
+	const uint64_t t1 = atlas_now_ns();
+	pthread_mutex_lock(&e->lock);
+	sp->n_queued = 0;
+	if (rc) {
+		if (!sp->draft_errors++)
+			log_warn("speculative decoding: %s; those sessions decode without drafts", err);
+		return;
+	}
+	spec_cost_add(&sp->draft_cost, n, (double)(t1 - t0) * 1e-9 / kmax);
+	for (int i = 0; i < n; i++) {
+		struct atlas_session *s = sp->queued[i];
+		struct spec_session *p = &s->spec;
+		const struct turn *t = session_newest(s);
+		if (s->closed || s->req.forgotten || s->req.epoch != p->req_epoch ||
+		    s->req.n_tokens != p->req_tokens || !t || t->done || q[i]->n_drafts <= 0)
+			continue;
+		set_drafts(s, d, q[i]->drafts,
+			   ATLAS_MIN(q[i]->n_drafts, draft_room(s, t, e->context)));
+	}
 }
 
 /* The gate weighs each session's drafts against the step as planned so
@@ -135,11 +280,14 @@ void spec_plan(struct atlas_engine *e)
 	int rows = 0;
 	for (int i = 0; i < e->sched.n_slots; i++)
 		rows += e->sched.slots[i] != NULL;
+	e->spec.n_queued = 0;
 	for (struct atlas_session *s = e->sessions; s; s = s->next) {
 		s->req.n_draft = 0;
 		if (!s->closed)
 			rows += plan_session(e, s, ATLAS_MAX(0, rows - 1));
 	}
+	if (e->spec.n_queued)
+		run_model(e, SPEC_DRAFTER_DRAFT);
 }
 
 void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out)
@@ -166,12 +314,16 @@ void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, i
 			accepted++;
 		}
 		kept = (int)ATLAS_MAX(1, r->n_tokens - before);
-		spec_accept_add(&p->accept, accepted, rejected);
+		const int who = p->drafter >= 0 ? p->drafter : SPEC_DRAFTER_NGRAM;
+		spec_accept_add(&p->accept[who], accepted, rejected);
 		p->draft_tokens += (uint64_t)d;
 		p->accepted += (uint64_t)accepted;
-		e->spec.drafts++;
-		e->spec.draft_tokens += (uint64_t)d;
-		e->spec.accepted += (uint64_t)accepted;
+		struct spec_totals *tot[] = { &e->spec.all, &e->spec.by[who] };
+		for (int w = 0; w < 2; w++) {
+			tot[w]->drafts++;
+			tot[w]->draft_tokens += (uint64_t)d;
+			tot[w]->accepted += (uint64_t)accepted;
+		}
 		for (int j = 0; j < d; j++) {
 			e->spec.tried_at[j]++;
 			e->spec.accepted_at[j] += j < accepted;
@@ -196,14 +348,26 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 {
 	const struct spec_engine *sp = &e->spec;
 	snprintf(o->method, sizeof o->method, "%s", atlas_spec_name(e->cfg.spec));
-	o->drafts_total = sp->drafts;
-	o->draft_tokens_total = sp->draft_tokens;
-	o->accepted_tokens_total = sp->accepted;
+	snprintf(o->draft_model, sizeof o->draft_model, "%s",
+		 sp->drafter[SPEC_DRAFTER_DRAFT] ? e->cfg.draft_model : "");
+	o->drafts_total = sp->all.drafts;
+	o->draft_tokens_total = sp->all.draft_tokens;
+	o->accepted_tokens_total = sp->all.accepted;
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		snprintf(o->by_drafter[d].name, sizeof o->by_drafter[d].name, "%s",
+			 spec_drafters[d]->name);
+		o->by_drafter[d].drafts_total = sp->by[d].drafts;
+		o->by_drafter[d].draft_tokens_total = sp->by[d].draft_tokens;
+		o->by_drafter[d].accepted_tokens_total = sp->by[d].accepted;
+	}
+	o->draft_seconds_per_token = spec_cost_at(&sp->draft_cost, 1);
+	o->draft_errors_total = sp->draft_errors;
 	o->gated_total = sp->gated;
 	for (int j = 0; j < ATLAS_SPEC_POSITIONS; j++)
 		o->acceptance_by_position[j] =
 			sp->tried_at[j] ? (double)sp->accepted_at[j] / (double)sp->tried_at[j] : 0;
-	o->mean_accepted_length = sp->drafts ? (double)sp->accepted / (double)sp->drafts : 0;
+	o->mean_accepted_length =
+		sp->all.drafts ? (double)sp->all.accepted / (double)sp->all.drafts : 0;
 	o->step_seconds_decode = spec_cost_at(&sp->cost, 1);
 	for (int k = 1; k <= ATLAS_SPEC_POSITIONS; k++)
 		o->step_seconds_verify[k - 1] =
@@ -213,5 +377,6 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 
 const char *spec_slot_state(const struct atlas_session *s)
 {
-	return s->spec.drafting ? "on" : s->spec.gated ? "gated" : "off";
+	return s->spec.drafter >= 0 ? spec_drafters[s->spec.drafter]->name
+				    : s->spec.gated ? "gated" : "off";
 }

@@ -209,6 +209,25 @@ static void spec_metrics(FILE *f, const struct atlas_spec_stats *sp)
 	counter_u64(f, "spec_draft_tokens_total", "Draft tokens proposed.", sp->draft_tokens_total);
 	counter_u64(f, "spec_accepted_tokens_total", "Draft tokens accepted.",
 		    sp->accepted_tokens_total);
+	family(f, "spec_drafter_drafts_total", "counter", "Drafts proposed, by drafter.");
+	for (int d = 0; d < ATLAS_SPEC_DRAFTERS; d++) {
+		fputs("atlas_spec_drafter_drafts_total{drafter=", f);
+		label_value(f, sp->by_drafter[d].name);
+		fprintf(f, "} %llu\n", (unsigned long long)sp->by_drafter[d].drafts_total);
+	}
+	family(f, "spec_drafter_accepted_tokens_total", "counter",
+	       "Draft tokens accepted, by drafter.");
+	for (int d = 0; d < ATLAS_SPEC_DRAFTERS; d++) {
+		fputs("atlas_spec_drafter_accepted_tokens_total{drafter=", f);
+		label_value(f, sp->by_drafter[d].name);
+		fprintf(f, "} %llu\n", (unsigned long long)sp->by_drafter[d].accepted_tokens_total);
+	}
+	gauge_dbl(f, "spec_draft_seconds_per_token",
+		  "The draft model's measured seconds per draft token of one session (0: none).",
+		  sp->draft_seconds_per_token);
+	counter_u64(f, "spec_draft_errors_total",
+		    "Draft model runs that failed; their sessions decoded without drafts.",
+		    sp->draft_errors_total);
 	family(f, "spec_acceptance_ratio", "gauge",
 	       "Share of drafts accepted at each draft position (0..1).");
 	for (int i = 0; i < ATLAS_SPEC_POSITIONS; i++) {

@@ -9,8 +9,10 @@
 # qwen3-8b). Each shape prints its table and writes bench-SHAPE.csv to $OUT.
 # SHAPE `spec` makes the speculative decoding tables instead: verify steps
 # of 1..8 drafts beside a decode step for the qwen3-8b and qwen3-0.6b
-# shapes at batch 1 and 32 (verify-SHAPE.csv), and prompt lookup on the
-# default model with the prompts of tools/spec-prompts.
+# shapes at batch 1 and 32 (verify-SHAPE.csv), the qwen3-0.6b shape as the
+# draft model of the qwen3-8b one (verify-draft.csv, and decode rows with
+# spec draft against off), and prompt lookup on the default model with the
+# prompts of tools/spec-prompts.
 # chunk_size 2048: prompt chunks big enough for the tensor cores; the
 # default of 256 suits a CPU.
 set -u
@@ -34,6 +36,19 @@ spec() {
 		$build/tools/atlas bench --dummy-weights --shape $s -o log_level=warn \
 			--verify 1,2,3,4,5,6,7,8 --verify-batch 1,32 --verify-context 512 \
 			--csv-out "$out/verify-$s.csv" || failed=$((failed + 1))
+	done
+	echo
+	echo "== draft model qwen3-0.6b for qwen3-8b: its decode step, verify plus k of them"
+	$build/tools/atlas bench --dummy-weights --shape 8b -o log_level=warn \
+		-o draft_model=qwen3-0.6b --verify 1,2,4,8 --verify-batch 1,32 \
+		--verify-context 512 --csv-out "$out/verify-draft.csv" || failed=$((failed + 1))
+	echo
+	echo "== draft model in the engine (dummy weights: acceptance means nothing; the cost)"
+	for m in off draft; do
+		$build/tools/atlas bench --dummy-weights --shape 8b -o log_level=warn \
+			-o draft_model=qwen3-0.6b -o spec_gate=false -o spec_k=4 --spec $m \
+			--prompt-tokens 512 --batch 1,32 --context 0 --gen-tokens 64 \
+			|| failed=$((failed + 1))
 	done
 	echo
 	echo "== prompt lookup, the default model"

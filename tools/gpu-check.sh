@@ -59,8 +59,9 @@ done
 
 part speculative decoding on cuda
 ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
+	tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
 	>"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
-grep -E '^\[ *(PASSED|FAILED|  ERROR) |accepted|chi-square|decode step' "$out/spec-cuda.log"
+grep -E '^\[ *(PASSED|FAILED|  ERROR) |accepted|chi-square|decode step|vocab' "$out/spec-cuda.log"
 
 part scripted family on cuda
 ATLAS_TEST_BACKEND=cuda $build/tests/model/test_model_script tests/fs/script-model \

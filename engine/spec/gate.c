@@ -72,7 +72,7 @@ double spec_accept_rate(const struct spec_accept *a)
 	return a->tried > 0 ? a->accepted / a->tried : 0;
 }
 
-int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax)
+int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax, double extra)
 {
 	const double t0 = spec_cost_at(c, others + 1);
 	if (!(t0 > 0))
@@ -83,7 +83,7 @@ int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax)
 	for (int k = 1; k <= kmax; k++) {
 		a *= alpha;
 		tokens += a;
-		const double rate = (others + tokens) / spec_cost_at(c, others + 1 + k);
+		const double rate = (others + tokens) / (spec_cost_at(c, others + 1 + k) + k * extra);
 		if (rate > best) {
 			best = rate;
 			best_k = k;

@@ -14,11 +14,19 @@
  * slows everyone down must earn it. A row count never measured costs what
  * the nearest measured one below it costs: an optimistic guess, so that
  * the first verify of a new shape is tried and measured.
+ *
+ * A drafter that runs a model costs its own seconds per draft token too
+ * (extra in spec_gate_k). Its drafts exist only once they are paid for, so
+ * nothing shows whether acceptance would have changed while the gate holds
+ * them back: every SPEC_GATE_PROBE plans held back, one verify goes ahead.
  */
 #ifndef ATLAS_ENGINE_SPEC_GATE_H
 #define ATLAS_ENGINE_SPEC_GATE_H
 
 #include <stdbool.h>
+
+/* Plans a model drafter's session sits out between probes. */
+#define SPEC_GATE_PROBE 32
 
 struct spec_cost {
 	double *seconds;            /* [max_rows + 1] decaying mean of a step's seconds by its
@@ -46,8 +54,9 @@ void spec_accept_add(struct spec_accept *a, int accepted, bool rejected);
 double spec_accept_rate(const struct spec_accept *a);
 
 /* The number of drafts in [0, kmax] that makes the most tokens per second
- * of the step, for acceptance rate alpha beside `others` rows; 0 when none
- * beats plain decoding by the margin. */
-int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax);
+ * of the step, for acceptance rate alpha beside `others` rows, when making
+ * a draft costs `extra` seconds (0: free); 0 when none beats plain
+ * decoding by the margin. */
+int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax, double extra);
 
 #endif

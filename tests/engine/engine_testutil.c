@@ -16,8 +16,8 @@
 int et_model_arg(int argc, char **argv, const char **dir)
 {
 	struct stat st;
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s MODEL_DIR\n", argv[0]);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s MODEL_DIR ...\n", argv[0]);
 		return 1;
 	}
 	if (stat(argv[1], &st) != 0) {

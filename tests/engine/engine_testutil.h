@@ -10,8 +10,9 @@
 #include "engine/engine.h"
 #include "kernels/backend.h"
 
-/* The model directory of argv[1], or the status main must return: 1 for
- * usage, 77 (skipped) when the directory is missing. */
+/* The model directory of argv[1] (a test may take more arguments after
+ * it), or the status main must return: 1 for usage, 77 (skipped) when the
+ * directory is missing. */
 int et_model_arg(int argc, char **argv, const char **dir);
 /* The defaults with model dir, the backend of ATLAS_TEST_BACKEND (cpu when
  * unset), two cpu threads, greedy, raw mode: what every engine test opens. */

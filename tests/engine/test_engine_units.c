@@ -203,18 +203,18 @@ static void test_gate_choice(void **state)
 	struct spec_cost gpu, cpu;
 	assert_int_equal(spec_cost_init(&gpu, 64), 0);
 	assert_int_equal(spec_cost_init(&cpu, 64), 0);
-	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 4), 4);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 4, 0), 4);
 	for (int k = 0; k <= 8; k++) {
 		spec_cost_add(&gpu, 1 + k, 1e-3 * (1 + 0.03 * k));
 		spec_cost_add(&cpu, 1 + k, 1e-3 * (1 + k));
 	}
 	spec_cost_add(&gpu, 32, 2e-3);
 	spec_cost_add(&gpu, 40, 2.1e-3);
-	assert_true(spec_gate_k(&gpu, 0.5, 0, 8) >= 2);
-	assert_int_equal(spec_gate_k(&gpu, 0.02, 0, 8), 0);
-	assert_int_equal(spec_gate_k(&cpu, 0.9, 0, 8), 0);
-	assert_int_equal(spec_gate_k(&gpu, 0.5, 31, 8), 0);
-	assert_true(spec_gate_k(&gpu, 0.99, 31, 8) > 0);
+	assert_true(spec_gate_k(&gpu, 0.5, 0, 8, 0) >= 2);
+	assert_int_equal(spec_gate_k(&gpu, 0.02, 0, 8, 0), 0);
+	assert_int_equal(spec_gate_k(&cpu, 0.9, 0, 8, 0), 0);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 31, 8, 0), 0);
+	assert_true(spec_gate_k(&gpu, 0.99, 31, 8, 0) > 0);
 	/* Between measured shapes, the cost is interpolated. */
 	assert_true(fabs(spec_cost_at(&gpu, 36) - 2.05e-3) < 1e-9);
 	assert_true(fabs(spec_cost_at(&gpu, 60) - 2.1e-3) < 1e-9);

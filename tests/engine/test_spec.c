@@ -1,14 +1,20 @@
 /* Speculative decoding (DESIGN §9), through the public API: with prompt
- * lookup drafting at every step, the tokens are bitwise those of plain
- * decoding at batch 1 and N, for K = 1, 3 and 8, with the swap tier
- * streaming most of each context through staging, greedy and sampled with
- * a seed; drafts were proposed, and some accepted and some rejected, so
- * the comparisons cover both outcomes. With sampling, the tokens that
+ * lookup or a draft model drafting at every step, the tokens are bitwise
+ * those of plain decoding at batch 1 and N, for K = 1, 3 and 8, with the
+ * swap tier streaming most of each context through staging, greedy and
+ * sampled with a seed; drafts were proposed, and some accepted and some
+ * rejected, so the comparisons cover both outcomes. The draft model is the
+ * model itself (it drafts what the model says: nearly every draft is
+ * accepted) and a model of other weights with the same vocabulary (most
+ * are rejected), in a KV pool too small for every session at once; one
+ * whose vocabulary differs stops the engine at open. With sampling, the tokens that
  * verify rows draw follow the model's own distribution (a chi-square test
  * against atlas_engine_logits on a model of 384 tokens). With the gate on,
  * whatever it decides, the tokens are the same.
  *
- * Usage: test_spec MODEL_DIR   (exit 77 when the directory is missing)
+ * Usage: test_spec MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR
+ *   (the second of MODEL_DIR's vocabulary, the third of another; exit 77
+ *   when the first is missing)
  * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend, where
  * greedy tokens agree on these prompts (tools/gpu-check.sh).
  */
@@ -28,7 +34,7 @@
 #include "engine/engine.h"
 #include "engine_testutil.h"
 
-static const char *model_dir;
+static const char *model_dir, *other_dir, *other_vocab_dir;
 static int vocab;
 static uint64_t block_bytes;        /* K and V of one block, all layers */
 
@@ -44,6 +50,8 @@ struct opts {
 	bool tiers;                 /* a device share of 2 blocks, the rest on the host tier */
 	float temperature;
 	uint64_t seed;
+	const char *draft;          /* the draft model's directory, NULL: none */
+	int draft_blocks;           /* its KV pool in blocks, 0: 16 MiB */
 };
 
 struct run {
@@ -64,6 +72,11 @@ static struct atlas_engine *open_engine(const struct opts *o)
 	c.spec_k = o->k ? o->k : 4;
 	c.spec_gate = o->gate;
 	c.kv_memory = 16u << 20;
+	if (o->draft) {
+		snprintf(c.draft_model, sizeof c.draft_model, "%s", o->draft);
+		c.draft_kv_memory = o->draft_blocks ? (uint64_t)o->draft_blocks * block_bytes
+						    : 16u << 20;
+	}
 	if (o->tiers) {
 		c.kv_memory = 24 * block_bytes;
 		c.kv_host_memory = 128 * ((block_bytes + 4095) / 4096 * 4096);
@@ -249,7 +262,7 @@ static void test_gate(void **state)
 	assert_same(&got, &reference, "gated");
 	/* ctl/slots' column, where the session was in its slot when looked at. */
 	for (int i = 0; i < SESSIONS; i++)
-		assert_true(!got.slot_spec[i][0] || !strcmp(got.slot_spec[i], "on") ||
+		assert_true(!got.slot_spec[i][0] || !strcmp(got.slot_spec[i], "ngram") ||
 			    !strcmp(got.slot_spec[i], "gated") || !strcmp(got.slot_spec[i], "off"));
 	assert_true(got.spec.drafts_total + got.spec.gated_total > 0);
 	assert_true(got.spec.step_seconds_decode > 0);
@@ -261,6 +274,110 @@ static void test_gate(void **state)
 		      (unsigned long long)got.spec.drafts_total,
 		      (unsigned long long)got.spec.accepted_tokens_total,
 		      (unsigned long long)got.spec.draft_tokens_total);
+}
+
+/* The draft model's share of the drafts and of the accepted tokens. */
+static void print_draft(const struct run *r, const char *what)
+{
+	print_message("%s: %llu draft-model drafts, %llu of %llu draft tokens accepted\n", what,
+		      (unsigned long long)r->spec.by_drafter[1].drafts_total,
+		      (unsigned long long)r->spec.by_drafter[1].accepted_tokens_total,
+		      (unsigned long long)r->spec.by_drafter[1].draft_tokens_total);
+	assert_string_equal(r->spec.by_drafter[1].name, "draft");
+	assert_true(r->spec.by_drafter[1].drafts_total > 0);
+	assert_int_equal(r->spec.draft_errors_total, 0);
+}
+
+/* The model drafting for itself: plain decoding's tokens at batch 1 and N
+ * and K 1, 3, 8, and its drafts are what the model says, so nearly all of
+ * them are accepted (a turn's end cuts a few short). */
+static void test_draft_self(void **state)
+{
+	static const int batches[] = { 1, SESSIONS };
+	static const int ks[] = { 1, 3, 8 };
+	for (size_t b = 0; b < ATLAS_ARRAY_LEN(batches); b++)
+		for (size_t k = 0; k < ATLAS_ARRAY_LEN(ks); k++) {
+			struct opts o = { .batch = batches[b], .spec = ATLAS_SPEC_DRAFT, .k = ks[k],
+					  .draft = model_dir };
+			struct run got;
+			char what[64];
+			run_sessions(&o, &got);
+			snprintf(what, sizeof what, "self-draft, batch %d, k %d", batches[b], ks[k]);
+			assert_same(&got, &reference, what);
+			print_draft(&got, what);
+			assert_int_equal(got.spec.by_drafter[0].drafts_total, 0);
+			assert_true(got.spec.accepted_tokens_total * 10 >=
+				    got.spec.draft_tokens_total * 9);
+		}
+}
+
+/* Another model's drafts, mostly wrong, from a pool of 12 blocks for four
+ * sessions of up to 9 blocks each (sessions take each other's draft KV);
+ * with the swap tier; sampled with a seed; auto with the gate on. */
+static void test_draft_other(void **state)
+{
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_DRAFT, .k = 4,
+			  .draft = other_dir, .draft_blocks = 12 };
+	struct run got, a, b;
+	run_sessions(&o, &got);
+	assert_same(&got, &reference, "other draft model");
+	print_draft(&got, "other draft model");
+	assert_true(got.spec.accepted_tokens_total < got.spec.draft_tokens_total);
+
+	o.tiers = true;
+	run_sessions(&o, &got);
+	assert_same(&got, &reference, "other draft model, host tier");
+	assert_true(got.staged > 0);
+	print_draft(&got, "host tier");
+
+	struct opts plain = { .batch = SESSIONS, .spec = ATLAS_SPEC_OFF, .temperature = 0.8f,
+			      .seed = 11 };
+	struct opts spec = plain;
+	spec.spec = ATLAS_SPEC_DRAFT;
+	spec.k = 3;
+	spec.draft = model_dir;
+	run_sessions(&plain, &a);
+	run_sessions(&spec, &b);
+	assert_same(&b, &a, "sampled, self-draft, k 3");
+	print_draft(&b, "sampled");
+	assert_true(b.spec.accepted_tokens_total > 0);
+
+	struct opts gate = { .batch = SESSIONS, .spec = ATLAS_SPEC_AUTO, .k = 4, .gate = true,
+			     .draft = other_dir };
+	run_sessions(&gate, &got);
+	assert_same(&got, &reference, "auto, gate on, other draft model");
+	for (int i = 0; i < SESSIONS; i++)
+		assert_true(!got.slot_spec[i][0] || !strcmp(got.slot_spec[i], "ngram") ||
+			    !strcmp(got.slot_spec[i], "draft") ||
+			    !strcmp(got.slot_spec[i], "gated") || !strcmp(got.slot_spec[i], "off"));
+}
+
+/* A draft model of another vocabulary is a clear error at open; without a
+ * draft model, a session cannot ask for one. */
+static void test_draft_refused(void **state)
+{
+	struct atlas_config c;
+	struct atlas_engine *e;
+	char err[ATLAS_ERRLEN];
+	et_config(&c, model_dir);
+	c.kv_memory = 16u << 20;
+	snprintf(c.draft_model, sizeof c.draft_model, "%s", other_vocab_dir);
+	assert_int_equal(atlas_engine_open(&c, &e, err, sizeof err), -EINVAL);
+	print_message("%s\n", err);
+	assert_non_null(strstr(err, "vocab"));
+
+	struct opts o = { .batch = 1, .spec = ATLAS_SPEC_NGRAM };
+	struct atlas_session *s;
+	e = open_engine(&o);
+	assert_int_equal(atlas_session_open(e, "x", &s, err, sizeof err), 0);
+	struct atlas_params p;
+	atlas_session_get_params(s, &p);
+	assert_int_equal(atlas_params_parse(&p, "spec", "draft", NULL, err, sizeof err), 0);
+	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), -EINVAL);
+	print_message("%s\n", err);
+	assert_non_null(strstr(err, "draft_model"));
+	atlas_session_close(s);
+	atlas_engine_close(e);
 }
 
 /* The sampling test: a flat distribution (temperature 3), and a prompt
@@ -425,11 +542,20 @@ int main(int argc, char **argv)
 	int rc = et_model_arg(argc, argv, &model_dir);
 	if (rc)
 		return rc;
+	if (argc < 4) {
+		fprintf(stderr, "usage: %s MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR\n", argv[0]);
+		return 2;
+	}
+	other_dir = argv[2];
+	other_vocab_dir = argv[3];
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_matrix),
 		cmocka_unit_test(test_swap_tier),
 		cmocka_unit_test(test_sampled_same_text),
 		cmocka_unit_test(test_gate),
+		cmocka_unit_test(test_draft_self),
+		cmocka_unit_test(test_draft_other),
+		cmocka_unit_test(test_draft_refused),
 		cmocka_unit_test(test_sampling_distribution),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);

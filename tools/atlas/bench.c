@@ -54,14 +54,15 @@ static const char usage[] =
 	"  --verify K,...      verify steps of K drafts per session beside a decode\n"
 	"                      step, at the batch sizes of --verify-batch (default 1,32)\n"
 	"                      and --verify-context (default 512), on the executor alone;\n"
-	"                      runs only these rows\n"
+	"                      runs only these rows; with -o draft_model=DIR, also the\n"
+	"                      draft model's decode step and each verify plus K of them\n"
 	"  --verify-batch B,...\n"
 	"  --verify-context N\n"
 	"  --spec-prompt FILE  answer the text in FILE greedily (--gen-tokens tokens) with\n"
 	"                      speculation off, then on (spec auto): tokens per second,\n"
 	"                      acceptance; repeatable; runs only these rows\n"
 	"  --spec MODE         speculative decoding of the prefill and decode rows'\n"
-	"                      sessions: off (default), auto or ngram\n"
+	"                      sessions: off (default), auto, ngram or draft\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
@@ -216,7 +217,7 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 			break;
 		case OPT_SPEC:
 			if (atlas_spec_parse(optarg, &b->spec))
-				status = cli_usage(argv[0], "--spec: '%s' is not off, auto or ngram",
+				status = cli_usage(argv[0], "--spec: '%s' is not off, auto, ngram or draft",
 						   optarg);
 			break;
 		case OPT_SPEC_PROMPT:

@@ -8,6 +8,10 @@
  * step is never written: its values do not change the time. From the
  * ratio follows the speedup a session would see at acceptance rate a:
  * (1 + a + ... + a^k) tokens per step for ratio times a decode step.
+ * With a draft_model, its own decode step at the same batch and context
+ * is timed too ("draft"), and each verify row gets a "+draft" row: the
+ * verify plus k draft steps, what a step of the draft-model drafter costs
+ * (its catch-up feeds one row more per accepted draft: not counted).
  *
  * spec-prompt: a prompt from a file answered greedily by one session with
  * speculation off, then with spec auto (prompt lookup and the gate, as
@@ -24,6 +28,9 @@
 #include "engine/step/exec.h"
 #include "tools/atlas/bench.h"
 #include "tools/atlas/cli.h"
+
+/* Draft counts one --verify list holds. */
+#define MAX_VERIFY_KS 32
 
 /* Steps timed per row, after the warm-up ones (the first records graphs). */
 #define VERIFY_WARMUP 3
@@ -74,8 +81,8 @@ static int time_steps(struct exec *x, const struct step_cmd *c, double *seconds,
 	return 0;
 }
 
-static void print_verify(int batch, int context, int k, double t, double t0, FILE *table,
-			 FILE *csv)
+static void print_verify(const char *what, int batch, int context, int k, double t, double t0,
+			 FILE *table, FILE *csv)
 {
 	double speedup[ATLAS_ARRAY_LEN(verify_rates)];
 	for (size_t j = 0; j < ATLAS_ARRAY_LEN(verify_rates); j++) {
@@ -84,40 +91,75 @@ static void print_verify(int batch, int context, int k, double t, double t0, FIL
 			tokens += (a *= verify_rates[j]);
 		speedup[j] = tokens * t0 / t;
 	}
-	if (table)
-		fprintf(table, "%-8s %6d %8d %7d %10.3f %9.3f %9.2f %9.2f %9.2f\n",
-			k ? "verify" : "decode", batch, context, k, t * 1e3, t / t0, speedup[0],
-			speedup[1], speedup[2]);
+	if (table && !strcmp(what, "draft"))
+		fprintf(table, "%-8s %6d %8d %7s %10.3f %9.3f %9s %9s %9s\n", what, batch, context,
+			"-", t * 1e3, t / t0, "-", "-", "-");
+	else if (table)
+		fprintf(table, "%-8s %6d %8d %7d %10.3f %9.3f %9.2f %9.2f %9.2f\n", what, batch,
+			context, k, t * 1e3, t / t0, speedup[0], speedup[1], speedup[2]);
 	if (csv)
-		fprintf(csv, "%s,%d,%d,%d,%.6g,%.6g,%.4g,%.4g,%.4g\n", k ? "verify" : "decode",
-			batch, context, k, t, t / t0, speedup[0], speedup[1], speedup[2]);
+		fprintf(csv, "%s,%d,%d,%d,%.6g,%.6g,%.4g,%.4g,%.4g\n", what, batch, context, k, t,
+			t / t0, speedup[0], speedup[1], speedup[2]);
+}
+
+/* Seconds of a step of `batch` sequences at `context`, each feeding one
+ * row (t[0]) and one row and ks[i] drafts (t[1 + i]), on model dir. */
+static int time_verify(const struct atlas_config *cfg, const char *dir, int batch, int context,
+		       const int *ks, int n_ks, double *t, char *err, size_t errlen)
+{
+	struct atlas_config c0 = *cfg;
+	snprintf(c0.model, sizeof c0.model, "%s", dir);
+	const struct step_limits lim = { .max_seqs = batch,
+					 .max_rows = batch * (ATLAS_SPEC_K_MAX + 1),
+					 .max_out = batch * (ATLAS_SPEC_K_MAX + 1) };
+	struct exec *x;
+	int rc = exec_open(&c0, batch, &lim, &x, err, errlen);
+	if (rc)
+		return rc;
+	struct seq *seqs = calloc((size_t)batch, sizeof *seqs);
+	struct step_cmd c = { 0 };
+	rc = seqs && !step_cmd_alloc(&c, &x->lim) ? 0 : atlas_errf(err, errlen, -ENOMEM,
+								   "out of memory");
+	for (int i = 0; seqs && i < batch; i++)
+		seq_init(&seqs[i]);
+	if (!rc && context + ATLAS_SPEC_K_MAX + 1 > x->geo.context)
+		rc = atlas_errf(err, errlen, -EINVAL, "%s: context %d and a verify of %d rows do not "
+				"fit the model's %d positions", dir, context, ATLAS_SPEC_K_MAX + 1,
+				x->geo.context);
+	for (int i = 0; !rc && i < batch; i++) {
+		if (seq_reserve(&x->pool, &seqs[i], context + ATLAS_SPEC_K_MAX + 1))
+			rc = atlas_errf(err, errlen, -ENOSPC, "%s: %d sequences of %d tokens do not "
+					"fit the KV pool of %d blocks", dir, batch,
+					context + ATLAS_SPEC_K_MAX + 1, x->pool.kv.n_blocks);
+		seq_commit(&seqs[i], context);
+	}
+	for (int i = -1; !rc && i < n_ks; i++)
+		if (!(rc = lay_out(x, seqs, batch, context, i < 0 ? 0 : ks[i], &c)))
+			rc = time_steps(x, &c, &t[i + 1], err, errlen);
+	for (int i = 0; seqs && i < batch; i++)
+		seq_free(&x->pool, &seqs[i]);
+	free(seqs);
+	step_cmd_free(&c);
+	exec_close(x);
+	return rc;
 }
 
 int bench_verify(const char *cmd, const struct atlas_config *cfg, int batch, int context,
 		 const int *ks, int n_ks, bool header, FILE *table, FILE *csv)
 {
 	char err[ATLAS_ERRLEN];
-	struct atlas_config c0 = *cfg;
-	snprintf(c0.model, sizeof c0.model, "%s", atlas_config_model_dir(cfg));
-	const struct step_limits lim = { .max_seqs = batch,
-					 .max_rows = batch * (ATLAS_SPEC_K_MAX + 1),
-					 .max_out = batch * (ATLAS_SPEC_K_MAX + 1) };
-	struct exec *x;
-	if (exec_open(&c0, batch, &lim, &x, err, sizeof err))
-		return cli_fail(cmd, "%s", err);
-	struct seq *seqs = calloc((size_t)batch, sizeof *seqs);
-	struct step_cmd c;
-	int status = seqs && !step_cmd_alloc(&c, &x->lim) ? 0 : cli_fail(cmd, "out of memory");
-	for (int i = 0; i < batch; i++)
-		seq_init(&seqs[i]);
-	for (int i = 0; !status && i < batch; i++) {
-		if (seq_reserve(&x->pool, &seqs[i], context + ATLAS_SPEC_K_MAX + 1))
-			status = cli_fail(cmd, "verify: %d sequences of %d tokens do not fit the KV "
-					  "pool of %d blocks", batch, context + ATLAS_SPEC_K_MAX + 1,
-					  x->pool.kv.n_blocks);
-		seq_commit(&seqs[i], context);
-	}
-	if (!status && header) {
+	double t[1 + MAX_VERIFY_KS], t_draft = 0;
+	/* The draft model's decode step, measured alone before the model is
+	 * loaded: a draft token costs about one such step. */
+	if (cfg->draft_model[0] &&
+	    time_verify(cfg, cfg->draft_model, batch, context, NULL, 0, &t_draft, err, sizeof err))
+		return cli_fail(cmd, "verify: draft_model: %s", err);
+	if (n_ks > MAX_VERIFY_KS)
+		return cli_fail(cmd, "verify: at most %d draft counts", MAX_VERIFY_KS);
+	if (time_verify(cfg, atlas_config_model_dir(cfg), batch, context, ks, n_ks, t, err,
+			sizeof err))
+		return cli_fail(cmd, "verify: %s", err);
+	if (header) {
 		if (table)
 			fprintf(table, "\n%-8s %6s %8s %7s %10s %9s %9s %9s %9s\n", "step", "batch",
 				"context", "drafts", "ms/step", "x decode", "at 0.6", "at 0.8",
@@ -126,24 +168,16 @@ int bench_verify(const char *cmd, const struct atlas_config *cfg, int batch, int
 			fprintf(csv, "step,batch,context,drafts,seconds,x_decode,speedup_0.6,"
 				     "speedup_0.8,speedup_0.9\n");
 	}
-	double t0 = 0, t;
-	for (int i = -1; !status && i < n_ks; i++) {
-		const int k = i < 0 ? 0 : ks[i];
-		if (lay_out(x, seqs, batch, context, k, &c) ||
-		    time_steps(x, &c, &t, err, sizeof err)) {
-			status = cli_fail(cmd, "verify: %s", err);
-			break;
-		}
-		if (k == 0)
-			t0 = t;
-		print_verify(batch, context, k, t, t0, table, csv);
+	print_verify("decode", batch, context, 0, t[0], t[0], table, csv);
+	if (t_draft > 0)
+		print_verify("draft", batch, context, 0, t_draft, t[0], table, csv);
+	for (int i = 0; i < n_ks; i++) {
+		print_verify("verify", batch, context, ks[i], t[i + 1], t[0], table, csv);
+		if (t_draft > 0)
+			print_verify("+draft", batch, context, ks[i], t[i + 1] + ks[i] * t_draft,
+				     t[0], table, csv);
 	}
-	for (int i = 0; seqs && i < batch; i++)
-		seq_free(&x->pool, &seqs[i]);
-	free(seqs);
-	step_cmd_free(&c);
-	exec_close(x);
-	return status;
+	return 0;
 }
 
 /* The whole of a small file, NUL-terminated. */
