@@ -157,6 +157,22 @@ static void deliver_result(struct atlas_engine *e, const struct step_result *res
 	}
 }
 
+/* The gate's costs come from steps of decode rows and verify segments:
+ * a prefill chunk's cost is not what a verify's is, and steps that read
+ * host-tier KV cost what the link does, not what their rows do. */
+static void measure(struct atlas_engine *e, double seconds)
+{
+	int segs = 0;
+	if (e->x->stage.n_pieces)
+		return;
+	for (int i = 0; i < e->cmd.n_seqs; i++) {
+		if (e->cmd.seqs[i].n_rows > 1 && !e->sched.drafts_of[i])
+			return;
+		segs += e->sched.drafts_of[i] > 0;
+	}
+	spec_measure(e, e->cmd.n_rows, segs, seconds);
+}
+
 static void run_step(struct atlas_engine *e)
 {
 	char err[ATLAS_ERRLEN];
@@ -170,10 +186,7 @@ static void run_step(struct atlas_engine *e)
 	pthread_mutex_lock(&e->lock);
 	e->busy_s += (double)(atlas_now_ns() - t0) * 1e-9;
 	if (!rc) {
-		/* The gate's costs: steps that read host-tier KV cost what the
-		 * link does, not what their rows do. */
-		if (!e->x->stage.n_pieces)
-			spec_measure(e, e->cmd.n_rows, (double)(t1 - t0) * 1e-9);
+		measure(e, (double)(t1 - t0) * 1e-9);
 		sched_commit(&e->sched, &e->cmd);
 		e->step_tokens_total += (uint64_t)e->cmd.n_rows;
 		deliver_result(e, &res);

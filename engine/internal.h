@@ -130,7 +130,8 @@ struct spec_totals {
 
 struct spec_engine {
 	void *drafter[SPEC_DRAFTERS];   /* each drafter's own state, NULL: absent; owned */
-	struct spec_cost cost;          /* the gate's measured step seconds by rows */
+	struct spec_cost cost;          /* the gate's measured step seconds by verify
+					 * segments and rows */
 	struct spec_cost draft_cost;    /* seconds of the draft model per draft token, by the
 					 * sessions drafting together */
 	struct atlas_session **queued;  /* [max_batch] sessions queued for the draft model */
@@ -230,7 +231,7 @@ void spec_session_reset(struct spec_session *p);
 void spec_session_forget(struct atlas_engine *e, struct spec_session *p);
 void spec_plan(struct atlas_engine *e);
 void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out);
-void spec_measure(struct atlas_engine *e, int rows, double seconds);
+void spec_measure(struct atlas_engine *e, int rows, int segs, double seconds);
 void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o);
 const char *spec_slot_state(const struct atlas_session *s);
 

@@ -56,8 +56,8 @@ int spec_bind(struct atlas_engine *e, char *err, size_t errlen)
 			return rc;
 	}
 	sp->queued = calloc((size_t)e->cfg.max_batch, sizeof *sp->queued);
-	if (!sp->queued || spec_cost_init(&sp->cost, e->x->lim.max_rows) ||
-	    spec_cost_init(&sp->draft_cost, e->cfg.max_batch))
+	if (!sp->queued || spec_cost_init(&sp->cost, e->x->lim.max_rows, e->cfg.max_batch) ||
+	    spec_cost_init(&sp->draft_cost, e->cfg.max_batch, 0))
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for speculative decoding");
 	return 0;
 }
@@ -150,7 +150,8 @@ static void set_drafts(struct atlas_session *s, int drafter, const int32_t *draf
 
 /* Prompt lookup: its drafts are free, so the gate sees how many there are,
  * and keeps checking the ones it holds back. */
-static int plan_ngram(struct atlas_engine *e, struct atlas_session *s, int others, int kmax)
+static int plan_ngram(struct atlas_engine *e, struct atlas_session *s, int others, int segs,
+		      int kmax)
 {
 	struct spec_session *p = &s->spec;
 	struct draft_req q = { .state = p->state[SPEC_DRAFTER_NGRAM], .tokens = s->req.tokens,
@@ -159,8 +160,8 @@ static int plan_ngram(struct atlas_engine *e, struct atlas_session *s, int other
 	if (q.n_drafts <= 0)
 		return 0;
 	const double alpha = spec_accept_rate(&p->accept[SPEC_DRAFTER_NGRAM]);
-	const int k = e->cfg.spec_gate ? spec_gate_k(&e->spec.cost, alpha, others, q.n_drafts, 0)
-				       : q.n_drafts;
+	const int k = e->cfg.spec_gate
+		? spec_gate_k(&e->spec.cost, alpha, others, segs, q.n_drafts, 0) : q.n_drafts;
 	if (k == 0) {
 		p->gated = true;
 		e->spec.gated++;
@@ -180,14 +181,15 @@ static int plan_ngram(struct atlas_engine *e, struct atlas_session *s, int other
  * then the session is queued for the drafter's run. Returns the rows it
  * expects to add to the step. */
 static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, int others,
-		      int kmax)
+		      int segs, int kmax)
 {
 	struct spec_engine *sp = &e->spec;
 	struct spec_session *p = &s->spec;
 	int k = kmax;
 	if (e->cfg.spec_gate) {
-		const double extra = spec_cost_at(&sp->draft_cost, sp->n_queued + 1);
-		k = spec_gate_k(&sp->cost, spec_accept_rate(&p->accept[d]), others, kmax, extra);
+		const double extra = spec_cost_at(&sp->draft_cost, sp->n_queued + 1, 0);
+		k = spec_gate_k(&sp->cost, spec_accept_rate(&p->accept[d]), others, segs, kmax,
+				extra);
 		if (k == 0 && ++p->held < SPEC_GATE_PROBE) {
 			p->gated = true;
 			sp->gated++;
@@ -209,8 +211,9 @@ static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, in
 	return p->req.k;
 }
 
-/* Decide s's drafts for the next plan; returns the rows they add. */
-static int plan_session(struct atlas_engine *e, struct atlas_session *s, int others)
+/* Decide s's drafts for the next plan beside `others` rows and `segs`
+ * verify segments; returns the rows they add. */
+static int plan_session(struct atlas_engine *e, struct atlas_session *s, int others, int segs)
 {
 	struct sched_req *r = &s->req;
 	struct spec_session *p = &s->spec;
@@ -226,12 +229,12 @@ static int plan_session(struct atlas_engine *e, struct atlas_session *s, int oth
 	if (kmax <= 0)
 		return 0;
 	if ((m == ATLAS_SPEC_NGRAM || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_NGRAM]) {
-		const int k = plan_ngram(e, s, others, kmax);
+		const int k = plan_ngram(e, s, others, segs, kmax);
 		if (k > 0 || m == ATLAS_SPEC_NGRAM)
 			return k;
 	}
 	if ((m == ATLAS_SPEC_DRAFT || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_DRAFT])
-		return plan_model(e, s, SPEC_DRAFTER_DRAFT, others, kmax);
+		return plan_model(e, s, SPEC_DRAFTER_DRAFT, others, segs, kmax);
 	return 0;
 }
 
@@ -259,7 +262,7 @@ static void run_model(struct atlas_engine *e, int d)
 			log_warn("speculative decoding: %s; those sessions decode without drafts", err);
 		return;
 	}
-	spec_cost_add(&sp->draft_cost, n, (double)(t1 - t0) * 1e-9 / kmax);
+	spec_cost_add(&sp->draft_cost, n, 0, (double)(t1 - t0) * 1e-9 / kmax);
 	for (int i = 0; i < n; i++) {
 		struct atlas_session *s = sp->queued[i];
 		struct spec_session *p = &s->spec;
@@ -277,14 +280,15 @@ static void run_model(struct atlas_engine *e, int d)
  * that many sessions' verifies together must pay for the step they make. */
 void spec_plan(struct atlas_engine *e)
 {
-	int rows = 0;
+	int rows = 0, segs = 0;
 	for (int i = 0; i < e->sched.n_slots; i++)
 		rows += e->sched.slots[i] != NULL;
 	e->spec.n_queued = 0;
 	for (struct atlas_session *s = e->sessions; s; s = s->next) {
 		s->req.n_draft = 0;
-		if (!s->closed)
-			rows += plan_session(e, s, ATLAS_MAX(0, rows - 1));
+		const int k = s->closed ? 0 : plan_session(e, s, ATLAS_MAX(0, rows - 1), segs);
+		rows += k;
+		segs += k > 0;
 	}
 	if (e->spec.n_queued)
 		run_model(e, SPEC_DRAFTER_DRAFT);
@@ -339,9 +343,9 @@ void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, i
 	}
 }
 
-void spec_measure(struct atlas_engine *e, int rows, double seconds)
+void spec_measure(struct atlas_engine *e, int rows, int segs, double seconds)
 {
-	spec_cost_add(&e->spec.cost, rows, seconds);
+	spec_cost_add(&e->spec.cost, rows, segs, seconds);
 }
 
 void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
@@ -360,7 +364,7 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 		o->by_drafter[d].draft_tokens_total = sp->by[d].draft_tokens;
 		o->by_drafter[d].accepted_tokens_total = sp->by[d].accepted;
 	}
-	o->draft_seconds_per_token = spec_cost_at(&sp->draft_cost, 1);
+	o->draft_seconds_per_token = spec_cost_at(&sp->draft_cost, 1, 0);
 	o->draft_errors_total = sp->draft_errors;
 	o->gated_total = sp->gated;
 	for (int j = 0; j < ATLAS_SPEC_POSITIONS; j++)
@@ -368,11 +372,13 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 			sp->tried_at[j] ? (double)sp->accepted_at[j] / (double)sp->tried_at[j] : 0;
 	o->mean_accepted_length =
 		sp->all.drafts ? (double)sp->all.accepted / (double)sp->all.drafts : 0;
-	o->step_seconds_decode = spec_cost_at(&sp->cost, 1);
+	o->step_seconds_decode = spec_cost_at(&sp->cost, 1, 0);
+	/* A step of one verify segment alone: row k + 1 of segments 1. */
+	const double *one = sp->cost.seconds + (sp->cost.max_segs >= 1 ? sp->cost.max_rows + 1 : 0);
 	for (int k = 1; k <= ATLAS_SPEC_POSITIONS; k++)
 		o->step_seconds_verify[k - 1] =
-			k + 1 <= sp->cost.max_rows && sp->cost.seconds[k + 1] > 0
-				? sp->cost.seconds[k + 1] : 0;
+			sp->cost.max_segs >= 1 && k + 1 <= sp->cost.max_rows && one[k + 1] > 0
+				? one[k + 1] : 0;
 }
 
 const char *spec_slot_state(const struct atlas_session *s)

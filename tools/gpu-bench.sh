@@ -12,7 +12,9 @@
 # shapes at batch 1 and 32 (verify-SHAPE.csv), the qwen3-0.6b shape as the
 # draft model of the qwen3-8b one (verify-draft.csv, and decode rows with
 # spec draft against off), and prompt lookup on the default model with the
-# prompts of tools/spec-prompts.
+# prompts of tools/spec-prompts. SHAPE `spec-rule` makes the 3 % rule's
+# table: decode rows with spec off and auto, twice (the rounds show the
+# noise of such short runs).
 # chunk_size 2048: prompt chunks big enough for the tensor cores; the
 # default of 256 suits a CPU.
 set -u
@@ -56,9 +58,30 @@ spec() {
 		--spec-prompt tools/spec-prompts/list.txt --spec-prompt tools/spec-prompts/edit.txt \
 		--spec-prompt tools/spec-prompts/free.txt || failed=$((failed + 1))
 }
+# The 3 % rule: decode rows with speculation off and auto (the gate as
+# shipped) on the default model and the qwen3-8b shape.
+spec_rule() {
+	for round in 1 2; do
+		for m in off auto; do
+			echo
+			echo "== round $round, spec $m, the default model"
+			$build/tools/atlas bench -o backend=cuda -o log_level=warn --spec $m \
+				--prompt-tokens 128 --batch 1,8,32 --context 0 --gen-tokens 512 \
+				|| failed=$((failed + 1))
+			echo "== round $round, spec $m, qwen3-8b"
+			$build/tools/atlas bench --dummy-weights --shape 8b -o log_level=warn \
+				--spec $m --prompt-tokens 128 --batch 1,32 --context 0 \
+				--gen-tokens 128 || failed=$((failed + 1))
+		done
+	done
+}
 for s in "$@"; do
 	if [ "$s" = spec ]; then
 		spec
+		continue
+	fi
+	if [ "$s" = spec-rule ]; then
+		spec_rule
 		continue
 	fi
 	echo

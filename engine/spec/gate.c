@@ -17,10 +17,12 @@
  * is within the noise of the measured costs. */
 #define SPEC_GATE_MARGIN 0.02
 
-int spec_cost_init(struct spec_cost *c, int max_rows)
+int spec_cost_init(struct spec_cost *c, int max_rows, int max_segs)
 {
 	c->max_rows = max_rows;
-	c->seconds = calloc((size_t)max_rows + 1, sizeof *c->seconds);
+	c->max_segs = max_segs;
+	c->fit = (struct spec_seg_fit){ 0 };
+	c->seconds = calloc(((size_t)max_segs + 1) * ((size_t)max_rows + 1), sizeof *c->seconds);
 	return c->seconds ? 0 : -ENOMEM;
 }
 
@@ -30,29 +32,83 @@ void spec_cost_free(struct spec_cost *c)
 	c->seconds = NULL;
 }
 
-void spec_cost_add(struct spec_cost *c, int rows, double seconds)
+/* Steps of `rows` rows with exactly the segments of row t: the measured
+ * value, else interpolated between the nearest measured row counts, else
+ * the nearest one; 0 when none is measured. */
+static double at_rows(const double *t, int max_rows, int rows)
 {
-	if (rows < 1 || rows > c->max_rows || !(seconds > 0))
-		return;
-	double *t = &c->seconds[rows];
-	*t = *t > 0 ? *t + SPEC_COST_WEIGHT * (seconds - *t) : seconds;
-}
-
-double spec_cost_at(const struct spec_cost *c, int rows)
-{
-	int lo = rows < c->max_rows ? rows : c->max_rows, hi = rows;
-	while (lo > 0 && !(c->seconds[lo] > 0))
+	int lo = rows < max_rows ? rows : max_rows, hi = rows;
+	while (lo > 0 && !(t[lo] > 0))
 		lo--;
-	while (hi <= c->max_rows && !(c->seconds[hi] > 0))
+	while (hi <= max_rows && !(t[hi] > 0))
 		hi++;
 	if (lo > 0 && lo == rows)
-		return c->seconds[lo];
-	if (lo > 0 && hi <= c->max_rows)
-		return c->seconds[lo] +
-		       (c->seconds[hi] - c->seconds[lo]) * (double)(rows - lo) / (double)(hi - lo);
+		return t[lo];
+	if (lo > 0 && hi <= max_rows)
+		return t[lo] + (t[hi] - t[lo]) * (double)(rows - lo) / (double)(hi - lo);
 	if (lo > 0)
-		return c->seconds[lo];
-	return hi <= c->max_rows ? c->seconds[hi] : 0;
+		return t[lo];
+	return hi <= max_rows ? t[hi] : 0;
+}
+
+static double *cell(const struct spec_cost *c, int rows, int segs)
+{
+	return &c->seconds[(size_t)segs * ((size_t)c->max_rows + 1) + (size_t)rows];
+}
+
+/* What a step of segs verify segments costs over its rows, a + b segs,
+ * from the decaying fit of the measured steps: by least squares once the
+ * steps measured had different segment counts, before that all of it per
+ * segment (the optimistic reading for fewer segments: they are tried, and
+ * their cost separates the two). */
+static double seg_extra(const struct spec_cost *c, int segs)
+{
+	const struct spec_seg_fit *f = &c->fit;
+	if (!(f->w > 0) || !(f->x > 0))
+		return 0;
+	const double det = f->w * f->xx - f->x * f->x;
+	double a = 0, b = f->y / f->x;
+	if (det > 1e-9 * f->w * f->xx) {
+		b = (f->w * f->xy - f->x * f->y) / det;
+		a = (f->y - b * f->x) / f->w;
+		if (b < 0) {
+			b = 0;
+			a = f->y / f->w;
+		} else if (a < 0) {
+			a = 0;
+			b = f->xy / f->xx;
+		}
+	}
+	return a + b * segs;
+}
+
+void spec_cost_add(struct spec_cost *c, int rows, int segs, double seconds)
+{
+	if (rows < 1 || rows > c->max_rows || segs < 0 || segs > c->max_segs || !(seconds > 0))
+		return;
+	double *t = cell(c, rows, segs);
+	*t = *t > 0 ? *t + SPEC_COST_WEIGHT * (seconds - *t) : seconds;
+	const double base = segs ? at_rows(c->seconds, c->max_rows, rows) : 0;
+	if (base > 0) {
+		struct spec_seg_fit *f = &c->fit;
+		const double keep = 1 - SPEC_COST_WEIGHT, x = segs;
+		const double y = seconds > base ? seconds - base : 0;
+		f->w = keep * f->w + 1;
+		f->x = keep * f->x + x;
+		f->xx = keep * f->xx + x * x;
+		f->y = keep * f->y + y;
+		f->xy = keep * f->xy + x * y;
+	}
+}
+
+double spec_cost_at(const struct spec_cost *c, int rows, int segs)
+{
+	const double base = at_rows(c->seconds, c->max_rows, rows);
+	if (segs <= 0)
+		return base;
+	if (rows <= c->max_rows && segs <= c->max_segs && *cell(c, rows, segs) > 0)
+		return *cell(c, rows, segs);
+	return base + seg_extra(c, segs);
 }
 
 void spec_accept_init(struct spec_accept *a)
@@ -72,9 +128,10 @@ double spec_accept_rate(const struct spec_accept *a)
 	return a->tried > 0 ? a->accepted / a->tried : 0;
 }
 
-int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax, double extra)
+int spec_gate_k(const struct spec_cost *c, double alpha, int others, int segs, int kmax,
+		double extra)
 {
-	const double t0 = spec_cost_at(c, others + 1);
+	const double t0 = spec_cost_at(c, others + 1, segs);
 	if (!(t0 > 0))
 		return kmax;
 	const double plain = (others + 1) / t0;
@@ -83,7 +140,8 @@ int spec_gate_k(const struct spec_cost *c, double alpha, int others, int kmax, d
 	for (int k = 1; k <= kmax; k++) {
 		a *= alpha;
 		tokens += a;
-		const double rate = (others + tokens) / (spec_cost_at(c, others + 1 + k) + k * extra);
+		const double rate =
+			(others + tokens) / (spec_cost_at(c, others + 1 + k, segs + 1) + k * extra);
 		if (rate > best) {
 			best = rate;
 			best_k = k;

@@ -197,27 +197,53 @@ static void test_ngram(void **state)
 /* The gate: on a device where rows are nearly free (a GPU at batch 1)
  * drafts pay at a modest acceptance; where each row costs what a decode
  * step does (a small cpu) they never do; beside 31 other rows they must
- * earn the whole batch's slowdown; a shape never measured is tried. */
+ * earn the whole batch's slowdown; where each verify segment costs a
+ * launch-bound extra (a GPU at batch 8) they do not pay beside others'
+ * segments; a shape never measured is tried. */
 static void test_gate_choice(void **state)
 {
 	struct spec_cost gpu, cpu;
-	assert_int_equal(spec_cost_init(&gpu, 64), 0);
-	assert_int_equal(spec_cost_init(&cpu, 64), 0);
-	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 4, 0), 4);
-	for (int k = 0; k <= 8; k++) {
-		spec_cost_add(&gpu, 1 + k, 1e-3 * (1 + 0.03 * k));
-		spec_cost_add(&cpu, 1 + k, 1e-3 * (1 + k));
+	assert_int_equal(spec_cost_init(&gpu, 64, 8), 0);
+	assert_int_equal(spec_cost_init(&cpu, 64, 8), 0);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 0, 4, 0), 4);
+	spec_cost_add(&gpu, 1, 0, 1e-3);
+	spec_cost_add(&cpu, 1, 0, 1e-3);
+	for (int k = 1; k <= 8; k++) {
+		spec_cost_add(&gpu, 1 + k, 1, 1e-3 * (1 + 0.03 * k));
+		spec_cost_add(&cpu, 1 + k, 1, 1e-3 * (1 + k));
 	}
-	spec_cost_add(&gpu, 32, 2e-3);
-	spec_cost_add(&gpu, 40, 2.1e-3);
-	assert_true(spec_gate_k(&gpu, 0.5, 0, 8, 0) >= 2);
-	assert_int_equal(spec_gate_k(&gpu, 0.02, 0, 8, 0), 0);
-	assert_int_equal(spec_gate_k(&cpu, 0.9, 0, 8, 0), 0);
-	assert_int_equal(spec_gate_k(&gpu, 0.5, 31, 8, 0), 0);
-	assert_true(spec_gate_k(&gpu, 0.99, 31, 8, 0) > 0);
-	/* Between measured shapes, the cost is interpolated. */
-	assert_true(fabs(spec_cost_at(&gpu, 36) - 2.05e-3) < 1e-9);
-	assert_true(fabs(spec_cost_at(&gpu, 60) - 2.1e-3) < 1e-9);
+	spec_cost_add(&gpu, 32, 0, 2e-3);
+	spec_cost_add(&gpu, 40, 0, 2.1e-3);
+	assert_true(spec_gate_k(&gpu, 0.5, 0, 0, 8, 0) >= 2);
+	assert_int_equal(spec_gate_k(&gpu, 0.02, 0, 0, 8, 0), 0);
+	assert_int_equal(spec_gate_k(&cpu, 0.9, 0, 0, 8, 0), 0);
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 31, 0, 8, 0), 0);
+	assert_true(spec_gate_k(&gpu, 0.99, 31, 0, 8, 0) > 0);
+	/* A draft that costs half a decode step each: fewer drafts pay. */
+	assert_true(spec_gate_k(&gpu, 0.5, 0, 0, 8, 0.5e-3) < spec_gate_k(&gpu, 0.5, 0, 0, 8, 0));
+	assert_int_equal(spec_gate_k(&gpu, 0.5, 0, 0, 8, 1e-3), 0);
+	/* Between measured shapes, the cost is interpolated; more segments
+	 * never cost less than fewer. */
+	assert_true(fabs(spec_cost_at(&gpu, 36, 0) - 2.05e-3) < 1e-9);
+	assert_true(fabs(spec_cost_at(&gpu, 60, 0) - 2.1e-3) < 1e-9);
+	assert_true(spec_cost_at(&gpu, 36, 1) >= spec_cost_at(&gpu, 36, 0));
+	/* Batch 8: 8 decode rows cost 1 ms. A verify segment's cost is not
+	 * known yet: the first one is tried. It cost 2.5 ms: now no verify
+	 * pays, and a step of two segments, never measured, costs its rows
+	 * plus twice the 1.5 ms a segment was seen to add. */
+	struct spec_cost b8;
+	assert_int_equal(spec_cost_init(&b8, 64, 8), 0);
+	spec_cost_add(&b8, 8, 0, 1e-3);
+	assert_true(spec_gate_k(&b8, 0.8, 7, 0, 4, 0) > 0);
+	spec_cost_add(&b8, 12, 1, 2.5e-3);
+	assert_int_equal(spec_gate_k(&b8, 0.8, 7, 0, 4, 0), 0);
+	assert_int_equal(spec_gate_k(&b8, 0.8, 11, 1, 4, 0), 0);
+	assert_true(fabs(spec_cost_at(&b8, 16, 2) - 4e-3) < 1e-9);
+	/* A step of four segments cost 2.25 ms over its rows: 1.25 ms per step
+	 * (the lost graph) and 0.25 ms per segment. */
+	spec_cost_add(&b8, 20, 4, 3.25e-3);
+	assert_true(fabs(spec_cost_at(&b8, 40, 8) - 4.25e-3) < 1e-9);
+	spec_cost_free(&b8);
 	spec_cost_free(&gpu);
 	spec_cost_free(&cpu);
 
