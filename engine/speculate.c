@@ -245,7 +245,7 @@ static void run_model(struct atlas_engine *e, int d)
 	struct spec_engine *sp = &e->spec;
 	struct draft_req *q[ATLAS_MAX_SLOTS];
 	const int n = sp->n_queued;
-	int kmax = 1;
+	int kmax = 0;
 	char err[ATLAS_ERRLEN];
 	for (int i = 0; i < n; i++) {
 		q[i] = &sp->queued[i]->spec.req;
@@ -262,7 +262,9 @@ static void run_model(struct atlas_engine *e, int d)
 			log_warn("speculative decoding: %s; those sessions decode without drafts", err);
 		return;
 	}
-	spec_cost_add(&sp->draft_cost, n, 0, (double)(t1 - t0) * 1e-9 / kmax);
+	/* Seconds per draft token; a run that only caught up drafted none. */
+	if (kmax > 0)
+		spec_cost_add(&sp->draft_cost, n, 0, (double)(t1 - t0) * 1e-9 / kmax);
 	for (int i = 0; i < n; i++) {
 		struct atlas_session *s = sp->queued[i];
 		struct spec_session *p = &s->spec;

@@ -50,6 +50,9 @@ struct opts {
 	bool tiers;                 /* a device share of 2 blocks, the rest on the host tier */
 	float temperature;
 	uint64_t seed;
+	int chunk;                  /* chunk_size, 0: 64 */
+	bool tight;                 /* a device pool of 12 blocks and no host tier: sessions
+				     * are preempted and recompute their KV */
 	const char *draft;          /* the draft model's directory, NULL: none */
 	int draft_blocks;           /* its KV pool in blocks, 0: 16 MiB */
 };
@@ -57,7 +60,7 @@ struct opts {
 struct run {
 	int32_t ids[SESSIONS][2][MAX_TOKENS];   /* two turns of each session */
 	struct atlas_spec_stats spec;
-	uint64_t staged;
+	uint64_t staged, preemptions;
 	char slot_spec[SESSIONS][8];            /* ctl/slots' spec column while running */
 };
 
@@ -66,7 +69,7 @@ static struct atlas_engine *open_engine(const struct opts *o)
 	struct atlas_config c;
 	et_config(&c, model_dir);
 	c.max_batch = o->batch;
-	c.chunk_size = 64;
+	c.chunk_size = o->chunk ? o->chunk : 64;
 	c.context = 512;
 	c.spec = o->spec;
 	c.spec_k = o->k ? o->k : 4;
@@ -77,6 +80,8 @@ static struct atlas_engine *open_engine(const struct opts *o)
 		c.draft_kv_memory = o->draft_blocks ? (uint64_t)o->draft_blocks * block_bytes
 						    : 16u << 20;
 	}
+	if (o->tight)
+		c.kv_memory = 12 * block_bytes;
 	if (o->tiers) {
 		c.kv_memory = 24 * block_bytes;
 		c.kv_host_memory = 128 * ((block_bytes + 4095) / 4096 * 4096);
@@ -158,6 +163,7 @@ static void run_sessions(const struct opts *o, struct run *out)
 	atlas_engine_stats(e, st);
 	out->spec = st->spec;
 	out->staged = st->kv.staged_blocks_total;
+	out->preemptions = st->kv.preemptions_total;
 	for (int i = 0; i < SESSIONS; i++)
 		atlas_session_close(s[i]);
 	free(st);
@@ -340,7 +346,8 @@ static void test_draft_other(void **state)
 	run_sessions(&spec, &b);
 	assert_same(&b, &a, "sampled, self-draft, k 3");
 	print_draft(&b, "sampled");
-	assert_true(b.spec.accepted_tokens_total > 0);
+	assert_true(b.spec.accepted_tokens_total < b.spec.draft_tokens_total);
+	assert_true(b.spec.accepted_tokens_total * 10 >= b.spec.draft_tokens_total * 9);
 
 	struct opts gate = { .batch = SESSIONS, .spec = ATLAS_SPEC_AUTO, .k = 4, .gate = true,
 			     .draft = other_dir };
@@ -350,6 +357,38 @@ static void test_draft_other(void **state)
 		assert_true(!got.slot_spec[i][0] || !strcmp(got.slot_spec[i], "ngram") ||
 			    !strcmp(got.slot_spec[i], "draft") ||
 			    !strcmp(got.slot_spec[i], "gated") || !strcmp(got.slot_spec[i], "off"));
+}
+
+/* The other paths of the matrix, for each drafter: prefill chunks of 8
+ * rows (the draft model catches up over several steps), and a device pool
+ * too small for the four sessions with no swap tier (they are preempted
+ * and recompute their KV, drafts and all). After a rejected draft the
+ * draft model's KV is rolled back: the model drafting for itself under
+ * sampling keeps nearly every draft. */
+static void test_paths(void **state)
+{
+	const enum atlas_spec methods[] = { ATLAS_SPEC_NGRAM, ATLAS_SPEC_DRAFT };
+	for (size_t m = 0; m < ATLAS_ARRAY_LEN(methods); m++) {
+		struct opts o = { .batch = SESSIONS, .spec = methods[m], .k = 4, .chunk = 8,
+				  .draft = methods[m] == ATLAS_SPEC_DRAFT ? model_dir : NULL };
+		struct run got;
+		char what[64];
+		run_sessions(&o, &got);
+		snprintf(what, sizeof what, "%s, chunk 8", atlas_spec_name(methods[m]));
+		assert_same(&got, &reference, what);
+		assert_true(got.spec.accepted_tokens_total > 0);
+		o.chunk = 0;
+		o.tight = true;
+		run_sessions(&o, &got);
+		snprintf(what, sizeof what, "%s, preempted", atlas_spec_name(methods[m]));
+		assert_same(&got, &reference, what);
+		print_message("%s: %llu preemptions, %llu of %llu accepted\n", what,
+			      (unsigned long long)got.preemptions,
+			      (unsigned long long)got.spec.accepted_tokens_total,
+			      (unsigned long long)got.spec.draft_tokens_total);
+		assert_true(got.preemptions > 0);
+		assert_true(got.spec.accepted_tokens_total > 0);
+	}
 }
 
 /* A draft model of another vocabulary is a clear error at open; without a
@@ -556,6 +595,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_draft_self),
 		cmocka_unit_test(test_draft_other),
 		cmocka_unit_test(test_draft_refused),
+		cmocka_unit_test(test_paths),
 		cmocka_unit_test(test_sampling_distribution),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
