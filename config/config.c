@@ -21,7 +21,7 @@
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const load_format_names[] = { "files", "dummy", NULL };
 static const char *const mode_names[] = { "auto", "chat", "raw", NULL };
-static const char *const spec_names[] = { "off", "auto", "ngram", "draft", NULL };
+static const char *const spec_names[] = { "off", "auto", "ngram", "draft", "mtp", NULL };
 static const char *const log_level_names[] = { "error", "warn", "info", "debug", NULL };
 
 /* offsetof(struct atlas_config, f), refusing to compile when f is not a T. */
@@ -174,9 +174,10 @@ const struct atlas_key atlas_keys[] = {
 	     "agrees with. off never drafts; ngram drafts what followed the newest earlier "
 	     "occurrence of the context's last few tokens (prompt lookup, no model needed: fast "
 	     "on text that repeats or edits its input); draft asks the smaller model of "
-	     "draft_model; auto uses prompt lookup where the context repeats itself and the "
-	     "draft model (when there is one) elsewhere. The output is the same with it on or "
-	     "off, greedy or sampled with a seed."),
+	     "draft_model; mtp asks the model's own multi-token-prediction head (models that "
+	     "ship one, mtp_head); auto uses prompt lookup where the context repeats itself, "
+	     "elsewhere the MTP head or else the draft model, when there is one. The output is "
+	     "the same with it on or off, greedy or sampled with a seed."),
 	INT("spec", spec_k, 1, ATLAS_SPEC_K_MAX, "4",
 	    "Most draft tokens one verification checks (a new session's ctl key spec_k), at "
 	    "most 8. The gate may use fewer."),
@@ -201,6 +202,16 @@ const struct atlas_key atlas_keys[] = {
 	     "Memory for the draft model's KV cache blocks, in bytes with an optional suffix. "
 	     "When it is full, sessions not drafting at the moment give theirs back; a session "
 	     "that finds no room does not draft in that step."),
+	BOOL("spec", mtp_head, "true",
+	     "Load the multi-token-prediction head of a model that ships one (config.json "
+	     "mtp_num_hidden_layers), on the same backend, to draft tokens for spec = mtp or "
+	     "auto. It reads the model's last hidden state of every position, so it follows "
+	     "every step of a session that may use it. false: no head, less memory."),
+	SIZE("spec", mtp_kv_memory, 0, 1048576 * GIB, "256M",
+	     "Memory for the MTP head's KV cache blocks (its own layers' KV of every position "
+	     "of a session), in bytes with an optional suffix. When it is full, sessions not "
+	     "drafting at the moment give theirs back and do not draft with the head again "
+	     "until their context is reset."),
 
 	STRING("fs", mountpoint, "",
 	       "Directory where atlasd mounts the filesystem. A mountpoint given on atlasd's "
@@ -654,6 +665,9 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 	if (c->spec == ATLAS_SPEC_DRAFT && !c->draft_model[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'spec': draft needs a draft model (key draft_model)");
+	if (c->spec == ATLAS_SPEC_MTP && !c->mtp_head)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'spec': mtp needs the model's MTP head (key mtp_head)");
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

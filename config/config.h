@@ -26,7 +26,8 @@ enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
 
 /* Speculative decoding of a session: no drafts, the best drafter the engine
  * has, prompt lookup over the session's own context, or the draft model. */
-enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM, ATLAS_SPEC_DRAFT };
+enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM, ATLAS_SPEC_DRAFT,
+		  ATLAS_SPEC_MTP };
 /* Most draft tokens one verify takes (spec_k), and the n-gram lengths of
  * prompt lookup. */
 #define ATLAS_SPEC_K_MAX 8
@@ -75,6 +76,8 @@ struct atlas_config {
 	bool spec_gate;                 /* turn speculation off where it does not pay */
 	char draft_model[ATLAS_PATH_MAX];       /* the draft model's directory (or shape), "" none */
 	uint64_t draft_kv_memory;       /* bytes of the draft model's KV blocks */
+	bool mtp_head;                  /* load the model's MTP head, when it ships one */
+	uint64_t mtp_kv_memory;         /* bytes of the MTP head's KV blocks */
 
 	/* [fs] */
 	char mountpoint[ATLAS_PATH_MAX];

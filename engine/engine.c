@@ -190,6 +190,7 @@ static void run_step(struct atlas_engine *e)
 		sched_commit(&e->sched, &e->cmd);
 		e->step_tokens_total += (uint64_t)e->cmd.n_rows;
 		deliver_result(e, &res);
+		spec_absorb(e);
 		return;
 	}
 	/* The step's KV is in an unknown state: its sequences fail and drop it. */
@@ -320,9 +321,9 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	struct step_limits lim;
 	engine_step_limits(c, &lim);
 	/* A draft model's memory first: an automatic kv_memory sees it. */
-	if ((rc = spec_open(e, err, errlen)))
+	if ((rc = spec_open(e, &lim, err, errlen)))
 		return rc;
-	if ((rc = exec_open(c, engine_seq_slots(c), &lim, &e->x, err, errlen)))
+	if ((rc = exec_open(c, EXEC_MODEL, engine_seq_slots(c), &lim, &e->x, err, errlen)))
 		return rc;
 	e->mc = e->x->mc;
 	e->vocab = e->x->geo.vocab;

@@ -75,7 +75,7 @@ struct atlas_params {
 	enum atlas_mode mode;           /* chat or raw (never auto once a session exists) */
 	bool ignore_eos;                /* generate max_tokens even past end-of-sequence
 					 * tokens (benchmarks) */
-	enum atlas_spec spec;           /* speculative decoding: off, auto, ngram, draft */
+	enum atlas_spec spec;           /* speculative decoding: off, auto, ngram, draft, mtp */
 	int spec_k;                     /* most draft tokens one verify checks, 1..ATLAS_SPEC_K_MAX */
 	int n_stop;
 	char stop[ATLAS_STOP_MAX][ATLAS_STOP_LEN];
@@ -200,23 +200,24 @@ struct atlas_kv_stats {
 	uint64_t staged_bytes_total;      /* bytes those reads moved, all layers */
 };
 
-/* Drafters, in ctl/spec's order: prompt lookup, the draft model. */
-#define ATLAS_SPEC_DRAFTERS 2
+/* Drafters, in ctl/spec's order: prompt lookup, the draft model, the MTP head. */
+#define ATLAS_SPEC_DRAFTERS 3
 
 struct atlas_spec_stats {
 	char method[16];                  /* a new session's spec setting: "off", "auto",
-					   * "ngram", "draft" */
+					   * "ngram", "draft", "mtp" */
 	char draft_model[ATLAS_PATH_MAX]; /* the draft model's directory, "" without one */
+	bool mtp_head;                    /* the model's MTP head is loaded */
 	uint64_t drafts_total;            /* verifications of one session's drafts */
 	uint64_t draft_tokens_total;      /* draft tokens verified */
 	uint64_t accepted_tokens_total;   /* draft tokens the model agreed with */
 	struct {
-		char name[8];             /* "ngram", "draft" */
+		char name[8];             /* "ngram", "draft", "mtp" */
 		uint64_t drafts_total, draft_tokens_total, accepted_tokens_total;
+		double seconds_per_token; /* its model's time per draft token of one session
+					   * (0: runs no model, or not measured) */
 	} by_drafter[ATLAS_SPEC_DRAFTERS];
-	double draft_seconds_per_token;   /* the draft model's time per draft token of one
-					   * session (0: not measured) */
-	uint64_t draft_errors_total;      /* draft model runs that failed (their sessions
+	uint64_t draft_errors_total;      /* drafter model runs that failed (their sessions
 					   * decoded without drafts) */
 	uint64_t gated_total;             /* decode steps of sessions whose gate held drafts back */
 	double acceptance_by_position[ATLAS_SPEC_POSITIONS];  /* accepted / verified, by the

@@ -132,10 +132,12 @@ struct spec_engine {
 	void *drafter[SPEC_DRAFTERS];   /* each drafter's own state, NULL: absent; owned */
 	struct spec_cost cost;          /* the gate's measured step seconds by verify
 					 * segments and rows */
-	struct spec_cost draft_cost;    /* seconds of the draft model per draft token, by the
-					 * sessions drafting together */
-	struct atlas_session **queued;  /* [max_batch] sessions queued for the draft model */
-	int n_queued;
+	struct spec_cost draft_cost[SPEC_DRAFTERS];  /* seconds of a drafter's model per draft
+						      * token, by the sessions drafting together */
+	struct atlas_session **queued[SPEC_DRAFTERS];  /* [max_batch] sessions queued for a
+							* drafter that runs a model */
+	int n_queued[SPEC_DRAFTERS];
+	struct draft_seen *seen;        /* [max_batch] what a step did (drafters that absorb) */
 	struct spec_totals all, by[SPEC_DRAFTERS];
 	uint64_t gated, draft_errors;
 	uint64_t tried_at[ATLAS_SPEC_K_MAX];    /* verifies with a draft token at place j */
@@ -221,8 +223,10 @@ void session_accept_token(struct atlas_session *s, int32_t id);
  * decoding session's req.n_draft; the lock is dropped while a draft model
  * runs); the outcome of the verify segment cmd.seqs[i] whose first out row
  * is `out` (its tokens go to the session, the rest of its KV is rolled
- * back); the cost model's measurements; the ctl/spec numbers. */
-int spec_open(struct atlas_engine *e, char *err, size_t errlen);
+ * back); after a step's results, what it computed to the drafters that
+ * follow the model (spec_absorb); the cost model's measurements; the
+ * ctl/spec numbers. */
+int spec_open(struct atlas_engine *e, const struct step_limits *lim, char *err, size_t errlen);
 int spec_bind(struct atlas_engine *e, char *err, size_t errlen);
 void spec_close(struct atlas_engine *e);
 void spec_session_init(struct atlas_engine *e, struct spec_session *p);
@@ -231,6 +235,7 @@ void spec_session_reset(struct spec_session *p);
 void spec_session_forget(struct atlas_engine *e, struct spec_session *p);
 void spec_plan(struct atlas_engine *e);
 void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out);
+void spec_absorb(struct atlas_engine *e);
 void spec_measure(struct atlas_engine *e, int rows, int segs, double seconds);
 void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o);
 const char *spec_slot_state(const struct atlas_session *s);

@@ -42,12 +42,18 @@ int params_validate(const struct atlas_engine *e, const struct atlas_params *p, 
 	if (p->mode == ATLAS_MODE_CHAT && (!e->tok || tok_chat_style(e->tok) == TOK_CHAT_NONE))
 		return atlas_errf(err, errlen, -EINVAL,
 				  "mode chat: the model has no chat template (use raw)");
-	if ((unsigned)p->spec > ATLAS_SPEC_DRAFT)
-		return atlas_errf(err, errlen, -EINVAL, "spec: must be off, auto, ngram or draft");
+	if ((unsigned)p->spec > ATLAS_SPEC_MTP)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "spec: must be off, auto, ngram, draft or mtp");
 	if (p->spec == ATLAS_SPEC_DRAFT && !e->spec.drafter[SPEC_DRAFTER_DRAFT])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "spec: draft needs a draft model, and atlasd has none (its "
 				  "draft_model key)");
+	if (p->spec == ATLAS_SPEC_MTP && !e->spec.drafter[SPEC_DRAFTER_MTP])
+		return atlas_errf(err, errlen, -EINVAL,
+				  "spec: mtp needs the model's multi-token-prediction head, and "
+				  "%s", e->mc->n_mtp_layers ? "atlasd did not load it (its mtp_head key)"
+							    : "the model has none");
 	if (p->spec_k < 1 || p->spec_k > ATLAS_SPEC_K_MAX)
 		return atlas_errf(err, errlen, -EINVAL, "spec_k: %d is not in [1, %d]", p->spec_k,
 				  ATLAS_SPEC_K_MAX);

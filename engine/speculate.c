@@ -6,9 +6,12 @@
  * drafter (spec/drafter.h) for up to k guesses of the tokens that follow (k
  * within spec_k, its turn's max_tokens and the context, and what the gate
  * allows): prompt lookup when its setting is ngram, or auto and the context
- * has a match; the draft model when it is draft, or auto without a match
- * (or with one the gate holds back). The draft model runs once for every
- * session that asked it, with the engine lock dropped. Then the
+ * has a match; the MTP head when it is mtp, or auto without a match (or
+ * with one the gate holds back); the draft model when it is draft, or auto
+ * where neither drafted. A drafter's model runs once for every session
+ * that asked it, with the engine lock dropped. After each step, the MTP
+ * head is told what the step computed for its sessions (spec_absorb): it
+ * follows every position of the model. Then the
  * scheduler lays its last token and the drafts out as one verify segment
  * whose every row draws with the parameters and the per-position random
  * number plain decoding would use there. After the step, the draws are the
@@ -35,10 +38,10 @@
 #include "common/log.h"
 #include "engine/internal.h"
 
-int spec_open(struct atlas_engine *e, char *err, size_t errlen)
+int spec_open(struct atlas_engine *e, const struct step_limits *lim, char *err, size_t errlen)
 {
 	for (int d = 0; d < SPEC_DRAFTERS; d++) {
-		int rc = spec_drafters[d]->open(&e->cfg, &e->spec.drafter[d], err, errlen);
+		int rc = spec_drafters[d]->open(&e->cfg, lim, &e->spec.drafter[d], err, errlen);
 		if (rc)
 			return rc;
 	}
@@ -55,9 +58,16 @@ int spec_bind(struct atlas_engine *e, char *err, size_t errlen)
 		if (rc)
 			return rc;
 	}
-	sp->queued = calloc((size_t)e->cfg.max_batch, sizeof *sp->queued);
-	if (!sp->queued || spec_cost_init(&sp->cost, e->x->lim.max_rows, e->cfg.max_batch) ||
-	    spec_cost_init(&sp->draft_cost, e->cfg.max_batch, 0))
+	int rc = spec_cost_init(&sp->cost, e->x->lim.max_rows, e->cfg.max_batch);
+	sp->seen = calloc((size_t)e->x->lim.max_seqs, sizeof *sp->seen);
+	rc |= !sp->seen;
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		if (!spec_drafters[d]->runs_model)
+			continue;
+		sp->queued[d] = calloc((size_t)e->cfg.max_batch, sizeof *sp->queued[d]);
+		rc |= !sp->queued[d] || spec_cost_init(&sp->draft_cost[d], e->cfg.max_batch, 0);
+	}
+	if (rc)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for speculative decoding");
 	return 0;
 }
@@ -68,8 +78,11 @@ void spec_close(struct atlas_engine *e)
 		if (e->spec.drafter[d])
 			spec_drafters[d]->close(e->spec.drafter[d]);
 	spec_cost_free(&e->spec.cost);
-	spec_cost_free(&e->spec.draft_cost);
-	free(e->spec.queued);
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		spec_cost_free(&e->spec.draft_cost[d]);
+		free(e->spec.queued[d]);
+	}
+	free(e->spec.seen);
 }
 
 void spec_session_init(struct atlas_engine *e, struct spec_session *p)
@@ -187,7 +200,7 @@ static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, in
 	struct spec_session *p = &s->spec;
 	int k = kmax;
 	if (e->cfg.spec_gate) {
-		const double extra = spec_cost_at(&sp->draft_cost, sp->n_queued + 1, 0);
+		const double extra = spec_cost_at(&sp->draft_cost[d], sp->n_queued[d] + 1, 0);
 		k = spec_gate_k(&sp->cost, spec_accept_rate(&p->accept[d]), others, segs, kmax,
 				extra);
 		if (k == 0 && ++p->held < SPEC_GATE_PROBE) {
@@ -199,7 +212,7 @@ static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, in
 			k = kmax;
 	}
 	p->held = 0;
-	if (sp->n_queued >= e->cfg.max_batch)
+	if (sp->n_queued[d] >= e->cfg.max_batch)
 		return 0;
 	p->req = (struct draft_req){ .state = p->state[d], .tokens = s->req.tokens,
 				     .n_tokens = s->req.n_tokens, .k = k };
@@ -207,7 +220,7 @@ static int plan_model(struct atlas_engine *e, struct atlas_session *s, int d, in
 		return 0;
 	p->req_epoch = s->req.epoch;
 	p->req_tokens = s->req.n_tokens;
-	sp->queued[sp->n_queued++] = s;
+	sp->queued[d][sp->n_queued[d]++] = s;
 	return p->req.k;
 }
 
@@ -233,22 +246,28 @@ static int plan_session(struct atlas_engine *e, struct atlas_session *s, int oth
 		if (k > 0 || m == ATLAS_SPEC_NGRAM)
 			return k;
 	}
+	if ((m == ATLAS_SPEC_MTP || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_MTP]) {
+		const int k = plan_model(e, s, SPEC_DRAFTER_MTP, others, segs, kmax);
+		if (k > 0 || m == ATLAS_SPEC_MTP)
+			return k;
+	}
 	if ((m == ATLAS_SPEC_DRAFT || m == ATLAS_SPEC_AUTO) && p->state[SPEC_DRAFTER_DRAFT])
 		return plan_model(e, s, SPEC_DRAFTER_DRAFT, others, segs, kmax);
 	return 0;
 }
 
-/* Run the draft model for every queued session without the lock, then
- * hand each its drafts if its context is still the one they were made for. */
+/* Run drafter d's model for every session queued for it (and what it has
+ * pending) without the lock, then hand each its drafts if its context is
+ * still the one they were made for. */
 static void run_model(struct atlas_engine *e, int d)
 {
 	struct spec_engine *sp = &e->spec;
 	struct draft_req *q[ATLAS_MAX_SLOTS];
-	const int n = sp->n_queued;
+	const int n = sp->n_queued[d];
 	int kmax = 0;
 	char err[ATLAS_ERRLEN];
 	for (int i = 0; i < n; i++) {
-		q[i] = &sp->queued[i]->spec.req;
+		q[i] = &sp->queued[d][i]->spec.req;
 		kmax = ATLAS_MAX(kmax, q[i]->k);
 	}
 	pthread_mutex_unlock(&e->lock);
@@ -256,7 +275,7 @@ static void run_model(struct atlas_engine *e, int d)
 	const int rc = spec_drafters[d]->run(sp->drafter[d], q, n, err, sizeof err);
 	const uint64_t t1 = atlas_now_ns();
 	pthread_mutex_lock(&e->lock);
-	sp->n_queued = 0;
+	sp->n_queued[d] = 0;
 	if (rc) {
 		if (!sp->draft_errors++)
 			log_warn("speculative decoding: %s; those sessions decode without drafts", err);
@@ -264,9 +283,9 @@ static void run_model(struct atlas_engine *e, int d)
 	}
 	/* Seconds per draft token; a run that only caught up drafted none. */
 	if (kmax > 0)
-		spec_cost_add(&sp->draft_cost, n, 0, (double)(t1 - t0) * 1e-9 / kmax);
+		spec_cost_add(&sp->draft_cost[d], n, 0, (double)(t1 - t0) * 1e-9 / kmax);
 	for (int i = 0; i < n; i++) {
-		struct atlas_session *s = sp->queued[i];
+		struct atlas_session *s = sp->queued[d][i];
 		struct spec_session *p = &s->spec;
 		const struct turn *t = session_newest(s);
 		if (s->closed || s->req.forgotten || s->req.epoch != p->req_epoch ||
@@ -285,15 +304,57 @@ void spec_plan(struct atlas_engine *e)
 	int rows = 0, segs = 0;
 	for (int i = 0; i < e->sched.n_slots; i++)
 		rows += e->sched.slots[i] != NULL;
-	e->spec.n_queued = 0;
+	memset(e->spec.n_queued, 0, sizeof e->spec.n_queued);
 	for (struct atlas_session *s = e->sessions; s; s = s->next) {
 		s->req.n_draft = 0;
 		const int k = s->closed ? 0 : plan_session(e, s, ATLAS_MAX(0, rows - 1), segs);
 		rows += k;
 		segs += k > 0;
 	}
-	if (e->spec.n_queued)
-		run_model(e, SPEC_DRAFTER_DRAFT);
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		const struct drafter_ops *ops = spec_drafters[d];
+		void *self = e->spec.drafter[d];
+		if (self && ops->runs_model &&
+		    (e->spec.n_queued[d] || (ops->pending && ops->pending(self))))
+			run_model(e, d);
+	}
+}
+
+/* Rows of step row..row + n whose input is the session's context now: a
+ * verify's rows up to its first rejected draft, every row of the rest. */
+static int rows_in_context(const struct step_cmd *c, const struct step_seq *q,
+			   const struct sched_req *r)
+{
+	int n = 0;
+	while (n < q->n_rows && (size_t)q->pos0 + (size_t)n < r->n_tokens &&
+	       c->ids[q->row + n] == r->tokens[q->pos0 + n])
+		n++;
+	return n;
+}
+
+void spec_absorb(struct atlas_engine *e)
+{
+	const struct step_cmd *c = &e->cmd;
+	for (int d = 0; d < SPEC_DRAFTERS; d++) {
+		const struct drafter_ops *ops = spec_drafters[d];
+		if (!e->spec.drafter[d] || !ops->absorb)
+			continue;
+		int n = 0;
+		for (int i = 0; i < c->n_seqs; i++) {
+			struct sched_req *r = e->sched.reqs_of[i];
+			if (r->keep_all || r->forgotten || r->epoch != e->sched.epoch_of[i])
+				continue;
+			struct atlas_session *s = session_of(r);
+			if (s->closed || !s->spec.state[d])
+				continue;
+			e->spec.seen[n++] = (struct draft_seen){
+				.state = s->spec.state[d], .row = c->seqs[i].row,
+				.n_rows = rows_in_context(c, &c->seqs[i], r),
+				.pos0 = (size_t)c->seqs[i].pos0, .tokens = r->tokens,
+				.n_tokens = r->n_tokens };
+		}
+		ops->absorb(e->spec.drafter[d], e->spec.seen, n, c->number);
+	}
 }
 
 void spec_settle(struct atlas_engine *e, int i, const struct step_result *res, int out)
@@ -356,6 +417,7 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 	snprintf(o->method, sizeof o->method, "%s", atlas_spec_name(e->cfg.spec));
 	snprintf(o->draft_model, sizeof o->draft_model, "%s",
 		 sp->drafter[SPEC_DRAFTER_DRAFT] ? e->cfg.draft_model : "");
+	o->mtp_head = sp->drafter[SPEC_DRAFTER_MTP] != NULL;
 	o->drafts_total = sp->all.drafts;
 	o->draft_tokens_total = sp->all.draft_tokens;
 	o->accepted_tokens_total = sp->all.accepted;
@@ -365,8 +427,9 @@ void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o)
 		o->by_drafter[d].drafts_total = sp->by[d].drafts;
 		o->by_drafter[d].draft_tokens_total = sp->by[d].draft_tokens;
 		o->by_drafter[d].accepted_tokens_total = sp->by[d].accepted;
+		o->by_drafter[d].seconds_per_token =
+			sp->draft_cost[d].seconds ? spec_cost_at(&sp->draft_cost[d], 1, 0) : 0;
 	}
-	o->draft_seconds_per_token = spec_cost_at(&sp->draft_cost, 1, 0);
 	o->draft_errors_total = sp->draft_errors;
 	o->gated_total = sp->gated;
 	for (int j = 0; j < ATLAS_SPEC_POSITIONS; j++)

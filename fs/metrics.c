@@ -222,11 +222,16 @@ static void spec_metrics(FILE *f, const struct atlas_spec_stats *sp)
 		label_value(f, sp->by_drafter[d].name);
 		fprintf(f, "} %llu\n", (unsigned long long)sp->by_drafter[d].accepted_tokens_total);
 	}
-	gauge_dbl(f, "spec_draft_seconds_per_token",
-		  "The draft model's measured seconds per draft token of one session (0: none).",
-		  sp->draft_seconds_per_token);
+	family(f, "spec_drafter_seconds_per_token", "gauge",
+	       "A drafter's measured seconds per draft token of one session (0: none).");
+	for (int d = 0; d < ATLAS_SPEC_DRAFTERS; d++) {
+		fputs("atlas_spec_drafter_seconds_per_token{drafter=", f);
+		label_value(f, sp->by_drafter[d].name);
+		fputc('}', f);
+		value_dbl(f, sp->by_drafter[d].seconds_per_token);
+	}
 	counter_u64(f, "spec_draft_errors_total",
-		    "Draft model runs that failed; their sessions decoded without drafts.",
+		    "Drafter model runs that failed; their sessions decoded without drafts.",
 		    sp->draft_errors_total);
 	family(f, "spec_acceptance_ratio", "gauge",
 	       "Share of drafts accepted at each draft position (0..1).");

@@ -86,6 +86,7 @@ static void render_spec(FILE *f, const struct atlas_spec_stats *sp)
 	char key[64];
 	kv_str(f, "method", sp->method);
 	kv_str(f, "draft_model", sp->draft_model[0] ? sp->draft_model : "-");
+	kv_str(f, "mtp_head", sp->mtp_head ? "yes" : "no");
 	kv_u64(f, "drafts_total", sp->drafts_total);
 	kv_u64(f, "draft_tokens_total", sp->draft_tokens_total);
 	kv_u64(f, "accepted_tokens_total", sp->accepted_tokens_total);
@@ -96,8 +97,9 @@ static void render_spec(FILE *f, const struct atlas_spec_stats *sp)
 		kv_u64(f, key, sp->by_drafter[d].draft_tokens_total);
 		snprintf(key, sizeof key, "%s_accepted_tokens_total", sp->by_drafter[d].name);
 		kv_u64(f, key, sp->by_drafter[d].accepted_tokens_total);
+		snprintf(key, sizeof key, "%s_seconds_per_token", sp->by_drafter[d].name);
+		kv_dbl(f, key, sp->by_drafter[d].seconds_per_token);
 	}
-	kv_dbl(f, "draft_seconds_per_token", sp->draft_seconds_per_token);
 	kv_u64(f, "draft_errors_total", sp->draft_errors_total);
 	for (int i = 0; i < ATLAS_SPEC_POSITIONS; i++) {
 		snprintf(key, sizeof key, "acceptance_position_%d", i + 1);

@@ -16,7 +16,8 @@
 # 2. the engine invariants (tests/engine: test_engine, test_swap for the
 #    KV swap tier, test_persist for kept sessions) with
 #    ATLAS_TEST_BACKEND=cuda, on each of the five
-#    transformers test models, test_spec (speculative decoding) on one,
+#    transformers test models and the one with an MTP head, test_spec
+#    (speculative decoding, every drafter) on one,
 #    and the scripted family's
 #    forward pass (tests/model/test_script.c) on cuda;
 # 3. the transformers goldens through the cuda backend (tools/ref/compare_logits.py);
@@ -60,7 +61,7 @@ done
 part speculative decoding on cuda
 ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
 	tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
-	>"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
+	tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
 grep -E '^\[ *(PASSED|FAILED|  ERROR) |accepted|chi-square|decode step|vocab' "$out/spec-cuda.log"
 
 part scripted family on cuda

@@ -34,6 +34,12 @@ struct model_family {
 	void (*free)(struct model *m);
 	/* One step, as model_forward() describes it. Allocates nothing. */
 	int (*forward)(struct model *m, const struct model_step *s);
+	/* The multi-token-prediction head (model_load_head), NULL for a family
+	 * without one: head_load sets m->cfg's layers to the head's, binds its
+	 * weights and allocates its scratch (free undoes it); head_forward runs
+	 * one step of the head. */
+	int (*head_load)(struct model *m, char *err, size_t errlen);
+	int (*head_forward)(struct model *m, const struct model_step *s);
 };
 
 /* One row of the table. */

@@ -328,6 +328,15 @@ static int parse_config(const struct hf_json *f, struct model_config *cfg, char 
 		return atlas_errf(err, errlen, -ENOTSUP,
 				  "%s: key use_sliding_window: sliding windows are not supported",
 				  f->path);
+	/* The layers of a multi-token-prediction head (Qwen3-Next and Qwen3.5
+	 * spell it mtp_num_hidden_layers, DeepSeek-V3 num_nextn_predict_layers). */
+	const char *mtp_key = hf_get(r, "mtp_num_hidden_layers") ? "mtp_num_hidden_layers"
+								 : "num_nextn_predict_layers";
+	if ((rc = hf_int(f, r, mtp_key, false, 0, &cfg->n_mtp_layers, err, errlen)))
+		return rc;
+	if (cfg->n_mtp_layers < 0 || cfg->n_mtp_layers > MODEL_MAX_MTP_LAYERS)
+		return atlas_errf(err, errlen, -EINVAL, "%s: key %s: %d is not in [0, %d]", f->path,
+				  mtp_key, cfg->n_mtp_layers, MODEL_MAX_MTP_LAYERS);
 	if ((rc = cfg->family->parse_config(f, variant, cfg, err, errlen)))
 		return rc;
 	return check_layers(f, cfg, err, errlen);

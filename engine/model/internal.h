@@ -62,6 +62,7 @@ struct model {
 	struct kt_tensor **weights;     /* [n_weights] every bound weight, for info and freeing;
 					 * the tensors themselves live in family_data */
 	int max_tokens, max_out;        /* rows and logits rows of the largest step */
+	bool head;                      /* the model's MTP head (model_load_head) */
 	struct model_info info;
 	void *family_data;              /* owned by the family (load / free) */
 };
@@ -77,9 +78,10 @@ int model_config_parse(const struct hf_json *conf, const struct hf_json *gen,
  * random (weights.c). */
 int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
 	       int64_t cols, char *err, size_t errlen);
-/* model_bind of model.layers.<l>.<suffix>. */
-int model_bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
-		     int64_t rows, int64_t cols, char *err, size_t errlen);
+/* model_bind of <prefix>.<l>.<suffix>: prefix "model.layers" for the
+ * decoder's layers, "mtp.layers" for an MTP head's. */
+int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tensor *dst,
+		     const char *suffix, int64_t rows, int64_t cols, char *err, size_t errlen);
 /* After the family bound everything: log the tensors nobody took and note
  * the dtype that holds most of the bytes. */
 void model_bind_done(struct model *m);

@@ -9,8 +9,25 @@
 #include "common/log.h"
 #include "engine/model/family.h"
 
-/* Load from dir, or make dummy weights of the shape dir names (dummy). */
-static int load(const char *dir, bool dummy, struct kt_backend *be, int max_tokens,
+/* The family's head loader, or why there is none. */
+static int head_load(struct model *m, const char *dir, char *err, size_t errlen)
+{
+	const struct model_config *c = &m->cfg;
+	if (!c->n_mtp_layers)
+		return atlas_errf(err, errlen, -ENOTSUP,
+				  "%s: the model has no multi-token-prediction head "
+				  "(config.json mtp_num_hidden_layers)", dir);
+	if (!c->family->head_load)
+		return atlas_errf(err, errlen, -ENOTSUP,
+				  "%s: %s: the %s family has no multi-token-prediction head", dir,
+				  c->architecture, c->family->name);
+	m->head = true;
+	return c->family->head_load(m, err, errlen);
+}
+
+/* Load from dir, or make dummy weights of the shape dir names (dummy);
+ * the model's MTP head instead of the model when head. */
+static int load(const char *dir, bool dummy, bool head, struct kt_backend *be, int max_tokens,
 		int max_out, struct model **out, char *err, size_t errlen)
 {
 	struct model *m;
@@ -29,12 +46,15 @@ static int load(const char *dir, bool dummy, struct kt_backend *be, int max_toke
 		rc = model_shape_config(dir, &m->cfg, err, errlen);
 	else if (!(rc = model_config_load(dir, &m->cfg, err, errlen)))
 		rc = st_open_dir(dir, &m->st, err, errlen);
-	if (rc || (rc = m->cfg.family->load(m, err, errlen))) {
+	if (!rc)
+		rc = head ? head_load(m, dir, err, errlen) : m->cfg.family->load(m, err, errlen);
+	if (rc) {
 		model_free(m);
 		return rc;
 	}
-	log_info("%s: %s, %d layers, %llu parameters (%s%s), %.1f MiB of weights on %s", dir,
-		 m->cfg.architecture, m->cfg.n_layers, (unsigned long long)m->info.parameters,
+	log_info("%s: %s%s, %d layers, %llu parameters (%s%s), %.1f MiB of weights on %s", dir,
+		 m->cfg.architecture, head ? " MTP head" : "", m->cfg.n_layers,
+		 (unsigned long long)m->info.parameters,
 		 m->info.dtype, dummy ? ", dummy" : "", (double)m->info.device_bytes / (1 << 20),
 		 be->info.backend);
 	*out = m;
@@ -44,13 +64,24 @@ static int load(const char *dir, bool dummy, struct kt_backend *be, int max_toke
 int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_out,
 	       struct model **out, char *err, size_t errlen)
 {
-	return load(dir, false, be, max_tokens, max_out, out, err, errlen);
+	return load(dir, false, false, be, max_tokens, max_out, out, err, errlen);
 }
 
 int model_load_dummy(const char *shape, struct kt_backend *be, int max_tokens, int max_out,
 		     struct model **out, char *err, size_t errlen)
 {
-	return load(shape, true, be, max_tokens, max_out, out, err, errlen);
+	return load(shape, true, false, be, max_tokens, max_out, out, err, errlen);
+}
+
+bool model_config_has_head(const struct model_config *c)
+{
+	return c->n_mtp_layers > 0 && c->family && c->family->head_load;
+}
+
+int model_load_head(const char *dir, bool dummy, struct kt_backend *be, int max_tokens,
+		    int max_out, struct model **out, char *err, size_t errlen)
+{
+	return load(dir, dummy, true, be, max_tokens, max_out, out, err, errlen);
 }
 
 void model_free(struct model *m)
@@ -76,5 +107,5 @@ void model_get_info(const struct model *m, struct model_info *out)
 
 int model_forward(struct model *m, const struct model_step *s)
 {
-	return m->cfg.family->forward(m, s);
+	return m->head ? m->cfg.family->head_forward(m, s) : m->cfg.family->forward(m, s);
 }

@@ -22,6 +22,7 @@
 
 #define MODEL_MAX_EOS 8
 #define MODEL_MAX_LAYERS 512
+#define MODEL_MAX_MTP_LAYERS 8
 
 enum model_rope_type { MODEL_ROPE_DEFAULT, MODEL_ROPE_LLAMA3 };
 
@@ -66,7 +67,8 @@ struct model_config {
 	int n_attention_layers;         /* layers with a paged KV cache */
 	int n_linear_layers;            /* layers with a recurrent state */
 	int64_t linear_state_floats;    /* f32 values of one sequence's state in one linear layer */
-	int n_mtp_layers;               /* multi-token-prediction layers of a draft head, 0 if none */
+	int n_mtp_layers;               /* layers of the model's multi-token-prediction head
+					 * (model_load_head), 0 if it ships none */
 };
 
 /* Parse dir/config.json (transformers 4.x and 5.x spellings) and
@@ -96,6 +98,17 @@ int model_load(const char *dir, struct kt_backend *be, int max_tokens, int max_o
  * (load_format = dummy): benchmarks without weight files. */
 int model_load_dummy(const char *shape, struct kt_backend *be, int max_tokens, int max_out,
 		     struct model **out, char *err, size_t errlen);
+/* The multi-token-prediction head of the model in dir (a shape name when
+ * dummy) as a model of its own: its n_mtp_layers layers (full attention,
+ * one paged KV cache each, its cfg lists them), with its own copy of the
+ * embedding and the output head. A step of the head feeds row t the pair
+ * (the model's final hidden row at position p, the token at p + 1), in
+ * model_step.hidden and ids, at position p, and its logits guess the token
+ * at p + 2. -ENOTSUP when the model ships no head or its family has none. */
+/* Whether a model of config c has a head that model_load_head can load. */
+bool model_config_has_head(const struct model_config *c);
+int model_load_head(const char *dir, bool dummy, struct kt_backend *be, int max_tokens,
+		    int max_out, struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
 
 /* The configuration of a known shape ("qwen3-8b", shapes.c), and the list
@@ -143,6 +156,13 @@ struct model_step {
 	struct kt_tensor out_rows;      /* [n_out, 1] i32: the rows that produce logits */
 	struct kt_tensor logits;        /* [n_out, vocab] f32 */
 	struct model_staging *staged;   /* NULL: all KV of the step is on the device */
+	/* The final hidden rows (after the last norm), [T, hidden] f32: a
+	 * model's forward writes every row's here when hidden.data is set (what
+	 * an MTP head reads); a head's forward reads its rows' input from here. */
+	struct kt_tensor hidden;
+	/* A head's final hidden rows of out_rows, [n_out, hidden] f32: the
+	 * hidden input of the next draft's row. */
+	struct kt_tensor hidden_out;
 };
 
 /* Attention of the step's rows over the paged cache of attention layer

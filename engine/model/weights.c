@@ -149,11 +149,11 @@ int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t
 	return 0;
 }
 
-int model_bind_layer(struct model *m, int l, struct kt_tensor *dst, const char *suffix,
-		     int64_t rows, int64_t cols, char *err, size_t errlen)
+int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tensor *dst,
+		     const char *suffix, int64_t rows, int64_t cols, char *err, size_t errlen)
 {
 	char name[128];
-	snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
+	snprintf(name, sizeof name, "%s.%d.%s", prefix, l, suffix);
 	return model_bind(m, dst, name, rows, cols, err, errlen);
 }
 

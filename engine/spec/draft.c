@@ -53,7 +53,8 @@ struct draft_model {
 /* A draft is the most likely token. */
 static const struct kt_sample_row greedy = { .temperature = 0, .top_p = 1, .top_k = 0, .u = 0 };
 
-static int draft_open(const struct atlas_config *c, void **self, char *err, size_t errlen)
+static int draft_open(const struct atlas_config *c, const struct step_limits *model_lim,
+		      void **self, char *err, size_t errlen)
 {
 	*self = NULL;
 	if (!c->draft_model[0])
@@ -66,13 +67,14 @@ static int draft_open(const struct atlas_config *c, void **self, char *err, size
 	snprintf(m->dir, sizeof m->dir, "%s", c->draft_model);
 	dc.kv_memory = c->draft_kv_memory;
 	dc.kv_host_memory = dc.kv_disk_memory = 0;
+	dc.mtp_head = false;
 	m->chunk = c->chunk_size;
 	const struct step_limits lim = {
 		.max_seqs = c->max_batch,
 		.max_rows = ATLAS_MAX(c->chunk_size, c->max_batch),
 		.max_out = c->max_batch,
 	};
-	int rc = exec_open(&dc, c->max_batch, &lim, &m->x, err, errlen);
+	int rc = exec_open(&dc, EXEC_MODEL, c->max_batch, &lim, &m->x, err, errlen);
 	if (!rc && (rc = step_cmd_alloc(&m->cmd, &m->x->lim)))
 		atlas_errf(err, errlen, rc, "out of memory");
 	if (rc) {

@@ -5,6 +5,8 @@
  *          no model runs
  *   draft  a smaller model with the model's vocabulary, on the same backend,
  *          with its own KV per session (draft.c)
+ *   mtp    the model's own multi-token-prediction head, which reads the
+ *          model's final hidden state of every position (mtp.c)
  *
  * The engine (engine/speculate.c) asks in two phases before each step.
  * prepare runs with the engine lock held, once per session that may draft,
@@ -13,6 +15,11 @@
  * there. One that runs a model queues the session and answers in run,
  * which the engine calls once for every queued session, without the lock:
  * the draft forward passes do not hold up the FUSE threads.
+ *
+ * A drafter that follows the model (absorb) is told after every step of
+ * the model what the step computed for each of its sessions; what it keeps
+ * of the step's device buffers it uses in the next run, which the engine
+ * calls before the model's next step whenever pending says so.
  *
  * A drafter's per-session state is its own (session_new); only the engine
  * thread touches it, except session_new, which touches no device.
@@ -28,6 +35,7 @@
 
 struct exec;
 struct atlas_tokenizer;
+struct step_limits;
 
 /* One session's request for the next step. */
 struct draft_req {
@@ -39,7 +47,20 @@ struct draft_req {
 	int n_drafts;                       /* how many, 0..k */
 };
 
-enum spec_drafter { SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_DRAFT, SPEC_DRAFTERS };
+/* What one step of the model did for one session (absorb): rows [row, row
+ * + n_rows) of step `step` fed positions pos0, pos0 + 1, ... of the context
+ * tokens[0, n_tokens), which the step's tokens already extend; the rows
+ * after n_rows (rejected drafts) are not the context. tokens is valid in
+ * absorb only. */
+struct draft_seen {
+	void *state;
+	int row, n_rows;
+	size_t pos0;
+	const int32_t *tokens;
+	size_t n_tokens;
+};
+
+enum spec_drafter { SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_DRAFT, SPEC_DRAFTER_MTP, SPEC_DRAFTERS };
 
 struct drafter_ops {
 	const char *name;                   /* what ctl/slots and ctl/spec call it */
@@ -49,7 +70,8 @@ struct drafter_ops {
 	/* Open from the config before the model is loaded (a drafter that
 	 * allocates device memory goes first, so that an automatic kv_memory
 	 * sees it); *self NULL: not configured, the drafter is absent. */
-	int (*open)(const struct atlas_config *c, void **self, char *err, size_t errlen);
+	int (*open)(const struct atlas_config *c, const struct step_limits *model_lim, void **self,
+		    char *err, size_t errlen);
 	/* Check against the loaded model (target): vocabulary, context. */
 	int (*bind)(void *self, const struct exec *target, const struct atlas_tokenizer *tok,
 		    char *err, size_t errlen);
@@ -66,11 +88,17 @@ struct drafter_ops {
 	 * every one of them has no drafts and the drafter's state stays
 	 * consistent (a failed forward forgets what it wrote). */
 	int (*run)(void *self, struct draft_req *const *q, int n, char *err, size_t errlen);
+	/* Optional. Lock held, after step number `step` of the model: what it
+	 * did for the sessions in seen[0, n) that have this drafter's state. */
+	void (*absorb)(void *self, const struct draft_seen *seen, int n, uint64_t step);
+	/* Optional: whether run has work even without requests. */
+	bool (*pending)(void *self);
 };
 
 /* The table, by enum spec_drafter. */
 extern const struct drafter_ops *const spec_drafters[SPEC_DRAFTERS];
 extern const struct drafter_ops ngram_drafter_ops;
 extern const struct drafter_ops draft_model_ops;
+extern const struct drafter_ops mtp_drafter_ops;
 
 #endif

@@ -11,7 +11,8 @@ struct ngram_drafter {
 	int min_n, max_n;           /* the n-gram lengths every session's index tries */
 };
 
-static int ngram_open(const struct atlas_config *c, void **self, char *err, size_t errlen)
+static int ngram_open(const struct atlas_config *c, const struct step_limits *model_lim,
+		      void **self, char *err, size_t errlen)
 {
 	struct ngram_drafter *d = malloc(sizeof *d);
 	if (!d)

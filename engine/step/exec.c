@@ -84,6 +84,32 @@ static int kv_budget(struct exec *x, uint64_t *bytes, char *err, size_t errlen)
 	return 0;
 }
 
+bool exec_keeps_hidden(const struct atlas_config *cfg, const struct model_config *mc)
+{
+	return cfg->mtp_head && model_config_has_head(mc);
+}
+
+/* The hidden rows of a model that keeps them, or of a head; zeroed, so
+ * that the padding rows of a graphed step compute on finite values. */
+static int alloc_hidden(struct exec *x)
+{
+	const struct step_limits *l = &x->lim;
+	const int64_t e = x->mc->hidden_size;
+	const bool head = x->part == EXEC_MTP_HEAD;
+	int rc;
+	if (!head && !exec_keeps_hidden(&x->cfg, x->mc))
+		return 0;
+	if ((rc = kt_alloc(x->be, KT_F32, l->max_rows, e, &x->d_hidden)) ||
+	    (head && (rc = kt_alloc(x->be, KT_F32, l->max_out, e, &x->d_hidden_out))))
+		return rc;
+	void *zero = calloc((size_t)l->max_rows * (size_t)e, sizeof(float));
+	if (!zero)
+		return -ENOMEM;
+	rc = kt_upload(x->be, &x->d_hidden, 0, zero, kt_nbytes(&x->d_hidden));
+	free(zero);
+	return rc;
+}
+
 static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 {
 	struct kt_backend *be = x->be;
@@ -95,7 +121,8 @@ static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_seq)) ||
 	    (rc = kt_alloc(be, KT_I32, l->max_out, 1, &x->d_out_rows)) ||
 	    (rc = kt_alloc(be, KT_I32, rows, x->geo.max_blocks, &x->d_tables)) ||
-	    (rc = kt_alloc(be, KT_F32, l->max_out, vocab, &x->d_logits)))
+	    (rc = kt_alloc(be, KT_F32, l->max_out, vocab, &x->d_logits)) ||
+	    (rc = alloc_hidden(x)))
 		return atlas_errf(err, errlen, rc, "cannot allocate step buffers on the %s backend",
 				  be->info.backend);
 	x->ids = calloc((size_t)l->max_rows, sizeof *x->ids);
@@ -155,9 +182,14 @@ static int load(struct exec *x, char *err, size_t errlen)
 	};
 	if ((rc = kt_backend_open(&kc, &x->be, err, errlen)))
 		return rc;
-	rc = dummy ? model_load_dummy(c->model, x->be, x->lim.max_rows, x->lim.max_out,
-				      &x->model, err, errlen)
-		   : model_load(c->model, x->be, x->lim.max_rows, x->lim.max_out, &x->model, err,
+	if (x->part == EXEC_MTP_HEAD)
+		rc = model_load_head(c->model, dummy, x->be, x->lim.max_rows, x->lim.max_out,
+				     &x->model, err, errlen);
+	else if (dummy)
+		rc = model_load_dummy(c->model, x->be, x->lim.max_rows, x->lim.max_out, &x->model,
+				      err, errlen);
+	else
+		rc = model_load(c->model, x->be, x->lim.max_rows, x->lim.max_out, &x->model, err,
 				errlen);
 	if (rc)
 		return rc;
@@ -179,13 +211,14 @@ static int load(struct exec *x, char *err, size_t errlen)
 	return 0;
 }
 
-int exec_open(const struct atlas_config *cfg, int n_seq_slots, const struct step_limits *lim,
-	      struct exec **out, char *err, size_t errlen)
+int exec_open(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
+	      const struct step_limits *lim, struct exec **out, char *err, size_t errlen)
 {
 	struct exec *x = calloc(1, sizeof *x);
 	if (!x)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	x->cfg = *cfg;
+	x->part = part;
 	x->n_seq_slots = n_seq_slots;
 	x->lim = *lim;
 	int rc = load(x, err, errlen);
@@ -203,7 +236,8 @@ void exec_close(struct exec *x)
 		return;
 	if (x->be) {
 		struct kt_tensor *t[] = { &x->d_ids, &x->d_pos, &x->d_seq, &x->d_out_rows,
-					  &x->d_tables, &x->d_logits };
+					  &x->d_tables, &x->d_logits, &x->d_hidden,
+					  &x->d_hidden_out };
 		for (size_t i = 0; i < ATLAS_ARRAY_LEN(t); i++)
 			if (t[i]->data)
 				kt_free(x->be, t[i]);
@@ -445,6 +479,10 @@ static int forward(struct exec *x, const struct step_cmd *c)
 	f.s.ids = kt_rows(x->d_ids, 0, n_rows);
 	f.s.out_rows = kt_rows(x->d_out_rows, 0, n_out);
 	f.s.logits = kt_rows(x->d_logits, 0, n_out);
+	if (x->d_hidden.data)
+		f.s.hidden = kt_rows(x->d_hidden, 0, n_rows);
+	if (x->d_hidden_out.data)
+		f.s.hidden_out = kt_rows(x->d_hidden_out, 0, n_out);
 	if ((rc = upload_tables(x, c)) || (rc = upload_i32(x, &f.s.ids, x->ids, n_rows)) ||
 	    (rc = upload_i32(x, &f.s.batch.pos, x->pos, n_rows)) ||
 	    (rc = upload_i32(x, &f.s.batch.seq, x->seqslot, n_rows)) ||

@@ -23,8 +23,13 @@
 #include "engine/step/step.h"
 #include "kernels/backend.h"
 
+/* What an executor runs: a model, or the MTP head of one (an MTP drafter's,
+ * engine/spec/mtp.c). */
+enum exec_part { EXEC_MODEL, EXEC_MTP_HEAD };
+
 struct exec {
 	struct atlas_config cfg;        /* a copy: backend, model, sizes */
+	enum exec_part part;
 	struct kt_backend *be;
 	struct model *model;
 	const struct model_config *mc;  /* the model's */
@@ -42,6 +47,12 @@ struct exec {
 	struct kt_tensor d_out_rows;            /* [max_out, 1] i32 */
 	struct kt_tensor d_tables;              /* [n_seq_slots + 1, max_blocks] i32 */
 	struct kt_tensor d_logits;              /* [max_out, vocab] f32 */
+	/* Final hidden rows [max_rows, hidden] f32: a model's every row, kept
+	 * for its MTP head (exec_keeps_hidden; else no data), valid until the
+	 * next run; a head's input rows, which its drafter writes before a run. */
+	struct kt_tensor d_hidden;
+	struct kt_tensor d_hidden_out;          /* a head's: [max_out, hidden] f32, the out
+						 * rows' final hidden after a run */
 
 	/* Attention over host-tier blocks (exec_staging_open; none without a
 	 * host tier): stage's tensors are owned, its counts are the current
@@ -65,12 +76,17 @@ struct exec {
 	float *logits;                          /* [max_out, vocab] the result's kept rows */
 };
 
-/* Open the backend cfg names, load its model (or dummy shape) and size the
- * sequence pool (kv_memory, or what the device has left): for n_seq_slots
- * sequence slots and commands up to lim, whose max_table exec_open sets
- * from the context (x->lim is the whole of it). */
-int exec_open(const struct atlas_config *cfg, int n_seq_slots, const struct step_limits *lim,
-	      struct exec **out, char *err, size_t errlen);
+/* Open the backend cfg names, load its model (or dummy shape), or that
+ * model's MTP head for EXEC_MTP_HEAD, and size the sequence pool
+ * (kv_memory, or what the device has left): for n_seq_slots sequence slots
+ * and commands up to lim, whose max_table exec_open sets from the context
+ * (x->lim is the whole of it). */
+int exec_open(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
+	      const struct step_limits *lim, struct exec **out, char *err, size_t errlen);
+
+/* Whether a model of config mc keeps its final hidden rows under cfg:
+ * it has an MTP head that cfg loads (mtp_head). */
+bool exec_keeps_hidden(const struct atlas_config *cfg, const struct model_config *mc);
 void exec_close(struct exec *x);
 
 /* The staging buffers of attention over host-tier blocks, once the pool

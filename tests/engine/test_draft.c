@@ -19,6 +19,7 @@
 
 #include "common/err.h"
 #include "engine/spec/drafter.h"
+#include "engine/step/step.h"
 #include "engine_testutil.h"
 
 static const char *model_dir;
@@ -59,7 +60,8 @@ static void test_rollback(void **state)
 	c.max_batch = 2;
 	c.chunk_size = 512;
 	c.context = 512;
-	assert_int_equal(ops->open(&c, &m, err, sizeof err), 0);
+	const struct step_limits lim = { .max_seqs = 2, .max_rows = 514, .max_out = 2 };
+	assert_int_equal(ops->open(&c, &lim, &m, err, sizeof err), 0);
 	assert_non_null(m);
 	void *st = ops->session_new(m);
 	int32_t ctx[512], want[K], noise[ROUNDS];

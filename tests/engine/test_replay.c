@@ -143,7 +143,7 @@ static int replay(const struct atlas_config *c, const struct recorder *rec, int 
 	struct step_limits lim;
 	struct exec *x;
 	engine_step_limits(c, &lim);
-	assert_int_equal(exec_open(c, engine_seq_slots(c), &lim, &x, err, sizeof err), 0);
+	assert_int_equal(exec_open(c, EXEC_MODEL, engine_seq_slots(c), &lim, &x, err, sizeof err), 0);
 	struct step_cmd cmd;
 	assert_int_equal(step_cmd_alloc(&cmd, &x->lim), 0);
 	int differ = 0;

@@ -12,9 +12,12 @@
  * against atlas_engine_logits on a model of 384 tokens). With the gate on,
  * whatever it decides, the tokens are the same.
  *
- * Usage: test_spec MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR
- *   (the second of MODEL_DIR's vocabulary, the third of another; exit 77
- *   when the first is missing)
+ * The model's own MTP head drafts too, on a model that has one.
+ *
+ * Usage: test_spec MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR MTP_DIR
+ *   (the second of MODEL_DIR's vocabulary, the third of another, the
+ *   fourth MODEL_DIR's sizes with an MTP head; exit 77 when the first is
+ *   missing)
  * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend, where
  * greedy tokens agree on these prompts (tools/gpu-check.sh).
  */
@@ -34,7 +37,7 @@
 #include "engine/engine.h"
 #include "engine_testutil.h"
 
-static const char *model_dir, *other_dir, *other_vocab_dir;
+static const char *model_dir, *other_dir, *other_vocab_dir, *mtp_dir;
 static int vocab;
 static uint64_t block_bytes;        /* K and V of one block, all layers */
 
@@ -55,6 +58,8 @@ struct opts {
 				     * are preempted and recompute their KV */
 	const char *draft;          /* the draft model's directory, NULL: none */
 	int draft_blocks;           /* its KV pool in blocks, 0: 16 MiB */
+	const char *model;          /* NULL: MODEL_DIR */
+	int mtp_blocks;             /* the MTP head's KV pool in blocks of the model, 0: 16 MiB */
 };
 
 struct run {
@@ -67,8 +72,9 @@ struct run {
 static struct atlas_engine *open_engine(const struct opts *o)
 {
 	struct atlas_config c;
-	et_config(&c, model_dir);
+	et_config(&c, o->model ? o->model : model_dir);
 	c.max_batch = o->batch;
+	c.mtp_kv_memory = o->mtp_blocks ? (uint64_t)o->mtp_blocks * block_bytes : 16u << 20;
 	c.chunk_size = o->chunk ? o->chunk : 64;
 	c.context = 512;
 	c.spec = o->spec;
@@ -391,8 +397,85 @@ static void test_paths(void **state)
 	}
 }
 
+/* The model's MTP head drafting (a model of MTP_DIR, which has one, and
+ * the same sizes as MODEL_DIR): plain decoding's tokens at batch 1 and N,
+ * K 1, 3 and 8; with the swap tier; sampled with a seed; prefill chunks of
+ * 8 rows; preempted sessions that recompute their KV; a head pool too small
+ * for every session (some lose their head KV and stop drafting); auto with
+ * the gate on. The head's random weights guess badly (on these prompts
+ * the model rejects every draft it makes): test_mtp checks the head's
+ * drafts after accepted ones. */
+static void test_mtp(void **state)
+{
+	struct opts plain = { .batch = SESSIONS, .spec = ATLAS_SPEC_OFF, .model = mtp_dir };
+	struct run ref, got, a, b;
+	run_sessions(&plain, &ref);
+	assert_int_equal(ref.spec.drafts_total, 0);
+	static const int batches[] = { 1, SESSIONS };
+	static const int ks[] = { 1, 3, 8 };
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(batches); i++)
+		for (size_t k = 0; k < ATLAS_ARRAY_LEN(ks); k++) {
+			struct opts o = { .batch = batches[i], .spec = ATLAS_SPEC_MTP, .k = ks[k],
+					  .model = mtp_dir };
+			char what[64];
+			run_sessions(&o, &got);
+			snprintf(what, sizeof what, "mtp, batch %d, k %d", batches[i], ks[k]);
+			assert_same(&got, &ref, what);
+			const uint64_t d = got.spec.by_drafter[2].drafts_total;
+			print_message("%s: %llu drafts, %llu of %llu draft tokens accepted\n", what,
+				      (unsigned long long)d,
+				      (unsigned long long)got.spec.accepted_tokens_total,
+				      (unsigned long long)got.spec.draft_tokens_total);
+			assert_string_equal(got.spec.by_drafter[2].name, "mtp");
+			assert_true(got.spec.mtp_head);
+			assert_true(d > 0 && d == got.spec.drafts_total);
+			assert_int_equal(got.spec.draft_errors_total, 0);
+		}
+
+	struct opts o = { .batch = SESSIONS, .spec = ATLAS_SPEC_MTP, .k = 4, .model = mtp_dir,
+			  .tiers = true };
+	run_sessions(&o, &got);
+	assert_same(&got, &ref, "mtp, host tier");
+	assert_true(got.staged > 0 && got.spec.drafts_total > 0);
+	o.tiers = false;
+	o.chunk = 8;
+	run_sessions(&o, &got);
+	assert_same(&got, &ref, "mtp, chunk 8");
+	assert_true(got.spec.drafts_total > 0);
+	o.chunk = 0;
+	o.tight = true;
+	run_sessions(&o, &got);
+	assert_same(&got, &ref, "mtp, preempted");
+	assert_true(got.preemptions > 0 && got.spec.drafts_total > 0);
+	o.tight = false;
+	o.mtp_blocks = 12;
+	run_sessions(&o, &got);
+	assert_same(&got, &ref, "mtp, a small head pool");
+	assert_true(got.spec.drafts_total > 0);
+	o.mtp_blocks = 0;
+	o.gate = true;
+	o.spec = ATLAS_SPEC_AUTO;
+	run_sessions(&o, &got);
+	assert_same(&got, &ref, "auto, gate on, mtp");
+	for (int i = 0; i < SESSIONS; i++)
+		assert_true(!got.slot_spec[i][0] || !strcmp(got.slot_spec[i], "ngram") ||
+			    !strcmp(got.slot_spec[i], "mtp") ||
+			    !strcmp(got.slot_spec[i], "gated") || !strcmp(got.slot_spec[i], "off"));
+
+	plain.temperature = 0.8f;
+	plain.seed = 11;
+	struct opts spec = plain;
+	spec.spec = ATLAS_SPEC_MTP;
+	spec.k = 3;
+	run_sessions(&plain, &a);
+	run_sessions(&spec, &b);
+	assert_same(&b, &a, "mtp, sampled, k 3");
+	assert_true(b.spec.drafts_total > 0);
+}
+
 /* A draft model of another vocabulary is a clear error at open; without a
- * draft model, a session cannot ask for one. */
+ * draft model, a session cannot ask for one, nor for mtp on a model
+ * without a head; spec = mtp in the config of such a model stops it. */
 static void test_draft_refused(void **state)
 {
 	struct atlas_config c;
@@ -415,8 +498,19 @@ static void test_draft_refused(void **state)
 	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), -EINVAL);
 	print_message("%s\n", err);
 	assert_non_null(strstr(err, "draft_model"));
+	assert_int_equal(atlas_params_parse(&p, "spec", "mtp", NULL, err, sizeof err), 0);
+	assert_int_equal(atlas_session_set_params(s, &p, err, sizeof err), -EINVAL);
+	print_message("%s\n", err);
+	assert_non_null(strstr(err, "has none"));
 	atlas_session_close(s);
 	atlas_engine_close(e);
+
+	et_config(&c, model_dir);
+	c.kv_memory = 16u << 20;
+	c.spec = ATLAS_SPEC_MTP;
+	assert_int_equal(atlas_engine_open(&c, &e, err, sizeof err), -EINVAL);
+	print_message("%s\n", err);
+	assert_non_null(strstr(err, "multi-token-prediction"));
 }
 
 /* The sampling test: a flat distribution (temperature 3), and a prompt
@@ -581,12 +675,14 @@ int main(int argc, char **argv)
 	int rc = et_model_arg(argc, argv, &model_dir);
 	if (rc)
 		return rc;
-	if (argc < 4) {
-		fprintf(stderr, "usage: %s MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR\n", argv[0]);
+	if (argc < 5) {
+		fprintf(stderr, "usage: %s MODEL_DIR OTHER_MODEL_DIR OTHER_VOCAB_DIR MTP_DIR\n",
+			argv[0]);
 		return 2;
 	}
 	other_dir = argv[2];
 	other_vocab_dir = argv[3];
+	mtp_dir = argv[4];
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_matrix),
 		cmocka_unit_test(test_swap_tier),
@@ -595,6 +691,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_draft_self),
 		cmocka_unit_test(test_draft_other),
 		cmocka_unit_test(test_draft_refused),
+		cmocka_unit_test(test_mtp),
 		cmocka_unit_test(test_paths),
 		cmocka_unit_test(test_sampling_distribution),
 	};

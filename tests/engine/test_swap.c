@@ -52,6 +52,10 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 {
 	struct atlas_config c;
 	et_config(&c, model_dir);
+	/* Drafts by the tokens alone: a gate that decides by the step times
+	 * it measures gives runs of different step shapes, whose tokens the
+	 * cuda backend may compute differently at a near tie. */
+	c.spec_gate = false;
 	c.max_batch = max_batch;
 	c.chunk_size = chunk;
 	c.kv_memory = block_bytes ? (uint64_t)t->blocks * block_bytes : 8u << 20;

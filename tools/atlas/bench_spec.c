@@ -113,7 +113,7 @@ static int time_verify(const struct atlas_config *cfg, const char *dir, int batc
 					 .max_rows = batch * (ATLAS_SPEC_K_MAX + 1),
 					 .max_out = batch * (ATLAS_SPEC_K_MAX + 1) };
 	struct exec *x;
-	int rc = exec_open(&c0, batch, &lim, &x, err, errlen);
+	int rc = exec_open(&c0, EXEC_MODEL, batch, &lim, &x, err, errlen);
 	if (rc)
 		return rc;
 	struct seq *seqs = calloc((size_t)batch, sizeof *seqs);

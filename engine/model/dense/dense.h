@@ -44,21 +44,43 @@ struct dense_scratch {
 	struct kt_tensor inv_freq;      /* [1, D/2] rotary inverse frequencies */
 };
 
-/* model.family_data of a dense model. */
+/* What an MTP head has beyond a decoder's weights (dense_head.c): its
+ * input x = fc · [rmsnorm_e(embed(token)) | rmsnorm_h(hidden)]. M =
+ * max_tokens. */
+struct dense_head {
+	struct kt_tensor norm_e, norm_h;    /* [1, E] pre_fc_norm_embedding, pre_fc_norm_hidden */
+	struct kt_tensor fc;                /* [E, 2E] */
+	struct kt_tensor halves;            /* [2M, E] f32: normed embeddings in rows [0, T),
+					     * normed hidden rows in [M, M + T) */
+	struct kt_tensor pairs;             /* [2M, E] f32: halves interleaved, row 2t the
+					     * embedding's and 2t + 1 the hidden's: [T, 2E] */
+	struct kt_tensor order;             /* [2M, 1] i32: 0, M, 1, M + 1, ... */
+};
+
+/* model.family_data of a dense model, or of its MTP head (head != NULL:
+ * layers are the head's, final_norm its mtp.norm). */
 struct dense_model {
 	struct kt_tensor embed;         /* [V, E] */
 	struct kt_tensor final_norm;    /* [1, E] */
 	struct kt_tensor lm_head;       /* [V, E]; a copy of embed's handle when tied */
 	struct dense_layer *layers;     /* [n_layers] owned */
 	struct dense_scratch s;
+	struct dense_head *head;        /* owned; NULL for the model itself */
 };
 
 int dense_parse_config(const struct hf_json *f, int variant, struct model_config *c,
 		       char *err, size_t errlen);
 /* Bind the weights (dense_weights.c); the scratch (dense_forward.c). */
 int dense_bind_weights(struct model *m, struct dense_model *d, char *err, size_t errlen);
+/* One decoder layer's weights, named <prefix>.<l>.* (dense_weights.c). */
+int dense_bind_layer(struct model *m, const char *prefix, struct dense_layer *w, int l,
+		     char *err, size_t errlen);
 int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_t errlen);
 void dense_free_scratch(struct model *m, struct dense_model *d);
 int dense_forward(struct model *m, const struct model_step *s);
+/* The MTP head (dense_head.c loads it, dense_forward.c runs it). */
+int dense_head_load(struct model *m, char *err, size_t errlen);
+void dense_head_free(struct model *m, struct dense_model *d);
+int dense_head_forward(struct model *m, const struct model_step *s);
 
 #endif

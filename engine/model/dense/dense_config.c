@@ -43,6 +43,7 @@ static void dense_free(struct model *m)
 	if (!d)
 		return;
 	dense_free_scratch(m, d);
+	dense_head_free(m, d);
 	free(d->layers);
 	free(d);
 	m->family_data = NULL;
@@ -54,4 +55,6 @@ const struct model_family dense_family = {
 	.load = dense_load,
 	.free = dense_free,
 	.forward = dense_forward,
+	.head_load = dense_head_load,
+	.head_forward = dense_head_forward,
 };

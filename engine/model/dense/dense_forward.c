@@ -177,6 +177,63 @@ int dense_forward(struct model *m, const struct model_step *s)
 		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
 		TRY(mlp_block(m, l, b, &xn, &proj));
 	}
+	/* The last norm: into s->hidden when an MTP head reads it. */
+	const struct kt_tensor fin = s->hidden.data ? kt_rows(s->hidden, 0, T) : xn;
+	TRY(kt_rmsnorm(be, &fin, &x, &proj, &dm->final_norm, eps));
+	if (n_out == 0)
+		return 0;
+	TRY(kt_gather_rows(be, &h_out, &fin, &s->out_rows));
+	TRY(kt_matmul(be, &out_logits, &h_out, &dm->lm_head, NULL));
+	return 0;
+}
+
+/* The MTP head: row t's input is the pair (s->hidden row t, the embedding
+ * of ids[t]), each RMS-normed with its own weight, joined and projected
+ * by fc to the residual stream; then the head's decoder layers and its
+ * norm, whose out rows give s->hidden_out and the logits.
+ *
+ *   halves[0, T) = rmsnorm_e(embed(ids)), halves[M, M + T) = rmsnorm_h(hidden)
+ *   x = fc · interleave(halves)          ([T, 2E] as one GEMM)
+ *   per head layer: as the decoder's
+ *   hidden_out = rmsnorm(x)[out_rows]; logits = lm_head · hidden_out */
+int dense_head_forward(struct model *m, const struct model_step *s)
+{
+	const struct model_config *c = &m->cfg;
+	struct dense_model *dm = m->family_data;
+	const struct dense_head *hd = dm->head;
+	struct kt_backend *be = m->be;
+	const struct kt_batch *b = &s->batch;
+	const int T = b->n_tokens, M = m->max_tokens, E = c->hidden_size;
+	const int64_t n_out = s->out_rows.rows;
+	const float eps = c->rms_norm_eps;
+
+	if (!hd || T <= 0 || T > M || s->ids.rows != T || s->hidden.rows < T ||
+	    s->hidden.cols != E || n_out > m->max_out || s->logits.rows < n_out ||
+	    s->logits.cols != c->vocab_size || (s->hidden_out.data && s->hidden_out.rows < n_out))
+		return -EINVAL;
+
+	const struct kt_tensor x = kt_rows(dm->s.x, 0, T), xn = kt_rows(dm->s.xn, 0, T);
+	const struct kt_tensor proj = kt_rows(dm->s.proj, 0, T);
+	const struct kt_tensor emb = kt_rows(hd->halves, 0, T), hid = kt_rows(hd->halves, M, T);
+	const struct kt_tensor in = kt_rows(s->hidden, 0, T);
+	const struct kt_tensor order = kt_rows(hd->order, 0, 2 * (int64_t)T);
+	const struct kt_tensor pairs = kt_rows(hd->pairs, 0, 2 * (int64_t)T);
+	const struct kt_tensor joined = kt_reshape(pairs, T, 2 * (int64_t)E);
+	const struct kt_tensor h_out = s->hidden_out.data ? kt_rows(s->hidden_out, 0, n_out)
+							  : kt_rows(dm->s.out_h, 0, n_out);
+	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
+
+	TRY(kt_embed(be, &x, &dm->embed, &s->ids));
+	TRY(kt_rmsnorm(be, &emb, &x, NULL, &hd->norm_e, eps));
+	TRY(kt_rmsnorm(be, &hid, &in, NULL, &hd->norm_h, eps));
+	TRY(kt_gather_rows(be, &pairs, &hd->halves, &order));
+	TRY(project(be, b, &x, &joined, &hd->fc, NULL));
+	for (int l = 0; l < c->n_layers; l++) {
+		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
+		TRY(attention_block(m, l, s, c->layers[l].cache, &xn, &proj));
+		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
+		TRY(mlp_block(m, l, b, &xn, &proj));
+	}
 	TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->final_norm, eps));
 	if (n_out == 0)
 		return 0;

@@ -6,55 +6,63 @@
 
 #include "common/err.h"
 
-static int bind_attention(struct model *m, struct dense_layer *w, int l, char *err,
-			  size_t errlen)
+static int bind_attention(struct model *m, const char *pre, struct dense_layer *w, int l,
+			  char *err, size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
 	const int64_t e = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim;
 	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim, d = c->head_dim;
 	int rc;
 
-	if ((rc = model_bind_layer(m, l, &w->attn_norm, "input_layernorm.weight", 0, e, err,
+	if ((rc = model_bind_layer(m, pre, l, &w->attn_norm, "input_layernorm.weight", 0, e, err,
 				   errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->wq, "self_attn.q_proj.weight", q, e, err, errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->wk, "self_attn.k_proj.weight", kv, e, err, errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->wv, "self_attn.v_proj.weight", kv, e, err, errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->wo, "self_attn.o_proj.weight", e, q, err, errlen)))
+	    (rc = model_bind_layer(m, pre, l, &w->wq, "self_attn.q_proj.weight", q, e, err, errlen)) ||
+	    (rc = model_bind_layer(m, pre, l, &w->wk, "self_attn.k_proj.weight", kv, e, err, errlen)) ||
+	    (rc = model_bind_layer(m, pre, l, &w->wv, "self_attn.v_proj.weight", kv, e, err, errlen)) ||
+	    (rc = model_bind_layer(m, pre, l, &w->wo, "self_attn.o_proj.weight", e, q, err, errlen)))
 		return rc;
 	if (c->attention_bias &&
-	    ((rc = model_bind_layer(m, l, &w->bq, "self_attn.q_proj.bias", 0, q, err, errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->bk, "self_attn.k_proj.bias", 0, kv, err, errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->bv, "self_attn.v_proj.bias", 0, kv, err, errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->bo, "self_attn.o_proj.bias", 0, e, err, errlen))))
+	    ((rc = model_bind_layer(m, pre, l, &w->bq, "self_attn.q_proj.bias", 0, q, err, errlen)) ||
+	     (rc = model_bind_layer(m, pre, l, &w->bk, "self_attn.k_proj.bias", 0, kv, err, errlen)) ||
+	     (rc = model_bind_layer(m, pre, l, &w->bv, "self_attn.v_proj.bias", 0, kv, err, errlen)) ||
+	     (rc = model_bind_layer(m, pre, l, &w->bo, "self_attn.o_proj.bias", 0, e, err, errlen))))
 		return rc;
 	if (c->qk_norm &&
-	    ((rc = model_bind_layer(m, l, &w->q_norm, "self_attn.q_norm.weight", 0, d, err,
+	    ((rc = model_bind_layer(m, pre, l, &w->q_norm, "self_attn.q_norm.weight", 0, d, err,
 				    errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->k_norm, "self_attn.k_norm.weight", 0, d, err,
+	     (rc = model_bind_layer(m, pre, l, &w->k_norm, "self_attn.k_norm.weight", 0, d, err,
 				    errlen))))
 		return rc;
 	return 0;
 }
 
-static int bind_mlp(struct model *m, struct dense_layer *w, int l, char *err, size_t errlen)
+static int bind_mlp(struct model *m, const char *pre, struct dense_layer *w, int l, char *err,
+		    size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
 	const int64_t e = c->hidden_size, in = c->intermediate_size;
 	int rc;
 
-	if ((rc = model_bind_layer(m, l, &w->ffn_norm, "post_attention_layernorm.weight", 0, e,
+	if ((rc = model_bind_layer(m, pre, l, &w->ffn_norm, "post_attention_layernorm.weight", 0, e,
 				   err, errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err,
+	    (rc = model_bind_layer(m, pre, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err,
 				   errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->w_up, "mlp.up_proj.weight", in, e, err, errlen)) ||
-	    (rc = model_bind_layer(m, l, &w->w_down, "mlp.down_proj.weight", e, in, err, errlen)))
+	    (rc = model_bind_layer(m, pre, l, &w->w_up, "mlp.up_proj.weight", in, e, err, errlen)) ||
+	    (rc = model_bind_layer(m, pre, l, &w->w_down, "mlp.down_proj.weight", e, in, err, errlen)))
 		return rc;
 	if (c->mlp_bias &&
-	    ((rc = model_bind_layer(m, l, &w->b_gate, "mlp.gate_proj.bias", 0, in, err, errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->b_up, "mlp.up_proj.bias", 0, in, err, errlen)) ||
-	     (rc = model_bind_layer(m, l, &w->b_down, "mlp.down_proj.bias", 0, e, err, errlen))))
+	    ((rc = model_bind_layer(m, pre, l, &w->b_gate, "mlp.gate_proj.bias", 0, in, err, errlen)) ||
+	     (rc = model_bind_layer(m, pre, l, &w->b_up, "mlp.up_proj.bias", 0, in, err, errlen)) ||
+	     (rc = model_bind_layer(m, pre, l, &w->b_down, "mlp.down_proj.bias", 0, e, err, errlen))))
 		return rc;
 	return 0;
+}
+
+int dense_bind_layer(struct model *m, const char *prefix, struct dense_layer *w, int l,
+		     char *err, size_t errlen)
+{
+	int rc = bind_attention(m, prefix, w, l, err, errlen);
+	return rc ? rc : bind_mlp(m, prefix, w, l, err, errlen);
 }
 
 int dense_bind_weights(struct model *m, struct dense_model *d, char *err, size_t errlen)
@@ -69,8 +77,7 @@ int dense_bind_weights(struct model *m, struct dense_model *d, char *err, size_t
 			     c->hidden_size, err, errlen)))
 		return rc;
 	for (int l = 0; l < c->n_layers; l++)
-		if ((rc = bind_attention(m, &d->layers[l], l, err, errlen)) ||
-		    (rc = bind_mlp(m, &d->layers[l], l, err, errlen)))
+		if ((rc = dense_bind_layer(m, "model.layers", &d->layers[l], l, err, errlen)))
 			return rc;
 	if ((rc = model_bind(m, &d->final_norm, "model.norm.weight", 0, c->hidden_size, err,
 			     errlen)))
