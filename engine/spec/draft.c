@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/spec/draft_cmd.h"
 #include "engine/spec/drafter.h"
 #include "engine/step/exec.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -264,24 +265,10 @@ static int draft_prepare(void *self, struct draft_req *q)
 /* Append d's rows (ids[0, n) from position pos0) to the command, with an
  * out row at the last one when `out`. */
 static int add_seq(struct draft_model *m, struct draft_seq *d, const int32_t *ids, int n,
-		    int pos0, bool out)
+		   int pos0, bool out)
 {
-	struct step_cmd *c = &m->cmd;
-	struct step_seq *q = &c->seqs[c->n_seqs];
-	const int nb = seq_resolve(&m->x->pool, &d->seq, pos0 + n, c->tables + c->n_table,
-				   m->x->lim.max_table - c->n_table);
-	if (nb < 0)
-		return nb;
-	*q = (struct step_seq){ .slot = c->n_seqs, .row = c->n_rows, .n_rows = n, .pos0 = pos0,
-				.table = c->n_table, .n_blocks = nb, .state_slot = -1 };
-	memcpy(c->ids + c->n_rows, ids, (size_t)n * sizeof *ids);
-	c->n_rows += n;
-	c->n_table += nb;
-	c->n_seqs++;
-	if (out)
-		c->out[c->n_out++] = (struct step_out){ .row = c->n_rows - 1, .sample = 1,
-							.params = greedy };
-	return 0;
+	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->seq, ids, n, pos0,
+			     out ? &greedy : NULL);
 }
 
 static int run_cmd(struct draft_model *m, struct step_result *res, char *err, size_t errlen)

@@ -29,6 +29,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "engine/spec/draft_cmd.h"
 #include "engine/spec/drafter.h"
 #include "engine/step/exec.h"
 
@@ -310,31 +311,14 @@ static int mtp_prepare(void *self, struct draft_req *q)
 	return 1;
 }
 
-/* Append a sequence of n rows from position pos0 to the command, the
- * model's hidden rows first_src.. (or the head's own out rows listed in
- * m->src) as their hidden input; an out row at the last one when out. */
+/* Append d's rows (ids[0, n) from position pos0) to the command, with an
+ * out row at the last one when `out`, whose index d->out keeps (-1: none). */
 static int add_seq(struct mtp_drafter *m, struct mtp_seq *d, const int32_t *ids, int n,
 		   int pos0, bool out)
 {
-	struct step_cmd *c = &m->cmd;
-	struct step_seq *q = &c->seqs[c->n_seqs];
-	const int nb = seq_resolve(&m->x->pool, &d->seq, pos0 + n, c->tables + c->n_table,
-				   m->x->lim.max_table - c->n_table);
-	if (nb < 0)
-		return nb;
-	*q = (struct step_seq){ .slot = c->n_seqs, .row = c->n_rows, .n_rows = n, .pos0 = pos0,
-				.table = c->n_table, .n_blocks = nb, .state_slot = -1 };
-	memcpy(c->ids + c->n_rows, ids, (size_t)n * sizeof *ids);
-	c->n_rows += n;
-	c->n_table += nb;
-	c->n_seqs++;
-	d->out = -1;
-	if (out) {
-		d->out = c->n_out;
-		c->out[c->n_out++] = (struct step_out){ .row = c->n_rows - 1, .sample = 1,
-							.params = greedy };
-	}
-	return 0;
+	d->out = out ? m->cmd.n_out : -1;
+	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->seq, ids, n, pos0,
+			     out ? &greedy : NULL);
 }
 
 /* Gather the command's hidden input rows (m->src of `from`) and run it. */
