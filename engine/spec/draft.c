@@ -17,19 +17,20 @@
  * the text never depends on the draft model, only the speed.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/log.h"
-#include "engine/spec/draft_cmd.h"
+#include "engine/spec/draft_seqs.h"
 #include "engine/spec/drafter.h"
 #include "engine/step/exec.h"
 #include "engine/tokenizer/tokenizer.h"
 
 struct draft_seq {
-	struct seq seq;             /* the draft model's KV of positions [0, base + n_fed) */
+	struct draft_seq_kv kv;     /* the draft model's KV of positions [0, base + n_fed) */
 	size_t base;                /* context tokens [0, base) are in seq */
 	int32_t fed[ATLAS_SPEC_K_MAX];  /* drafts fed at positions base, base + 1, ... */
 	int n_fed;
@@ -37,8 +38,6 @@ struct draft_seq {
 	struct draft_req *q;        /* NULL: not queued */
 	int32_t *feed;              /* [chunk] context tokens to feed from position base */
 	int n_feed;
-	bool linked;                /* on draft_model.seqs (the engine thread links it) */
-	struct draft_seq *prev, *next;
 };
 
 struct draft_model {
@@ -47,9 +46,22 @@ struct draft_model {
 	struct step_cmd cmd;
 	int chunk;                  /* catch-up rows of one run, over all sessions */
 	int queued_rows;            /* catch-up rows queued for the next run */
-	struct draft_seq *seqs;     /* every session's sequence with KV (eviction) */
+	struct draft_seqs seqs;     /* every session's sequence with KV (eviction) */
 	uint64_t steps;
 };
+
+static struct draft_seq *of(struct draft_seq_kv *kv)
+{
+	return (struct draft_seq *)((char *)kv - offsetof(struct draft_seq, kv));
+}
+
+/* A sequence drafting now keeps its KV. */
+static bool busy(const struct draft_seq_kv *kv)
+{
+	return of((struct draft_seq_kv *)kv)->q != NULL;
+}
+
+static void evict(void *ctx, struct draft_seq_kv *kv);
 
 /* A draft is the most likely token. */
 static const struct kt_sample_row greedy = { .temperature = 0, .top_p = 1, .top_k = 0, .u = 0 };
@@ -84,6 +96,8 @@ static int draft_open(const struct atlas_config *c, const struct step_limits *mo
 		free(m);
 		return rc;
 	}
+	m->seqs = (struct draft_seqs){ .pool = &m->x->pool, .busy = busy, .evict = evict,
+				       .ctx = m };
 	*self = m;
 	return 0;
 }
@@ -170,23 +184,21 @@ static void *draft_session_new(void *self)
 		free(d);
 		return NULL;
 	}
-	seq_init(&d->seq);
+	seq_init(&d->kv.seq);
 	return d;
 }
 
 /* Give the sequence's KV back; it starts from the first token again. */
 static void release(struct draft_model *m, struct draft_seq *d)
 {
-	seq_release(&m->x->pool, &d->seq);
+	draft_seqs_release(&m->seqs, &d->kv);
 	d->base = 0;
 	d->n_fed = 0;
-	if (d->linked) {
-		*(d->prev ? &d->prev->next : &m->seqs) = d->next;
-		if (d->next)
-			d->next->prev = d->prev;
-		d->linked = false;
-		d->prev = d->next = NULL;
-	}
+}
+
+static void evict(void *ctx, struct draft_seq_kv *kv)
+{
+	release(ctx, of(kv));
 }
 
 static void draft_session_free(void *self, void *state)
@@ -196,7 +208,7 @@ static void draft_session_free(void *self, void *state)
 	if (!d)
 		return;
 	release(m, d);
-	seq_free(&m->x->pool, &d->seq);
+	seq_free(&m->x->pool, &d->kv.seq);
 	free(d->feed);
 	free(d);
 }
@@ -204,21 +216,6 @@ static void draft_session_free(void *self, void *state)
 static void draft_session_forget(void *self, void *state)
 {
 	release(self, state);
-}
-
-/* Room for positions [0, n) in d, taking the KV of sessions that are not
- * drafting now when the pool is full. */
-static int reserve(struct draft_model *m, struct draft_seq *d, int n)
-{
-	int rc = seq_reserve(&m->x->pool, &d->seq, n);
-	for (struct draft_seq *o = m->seqs, *next; rc == -ENOSPC && o; o = next) {
-		next = o->next;
-		if (o == d || o->q)
-			continue;
-		release(m, o);
-		rc = seq_reserve(&m->x->pool, &d->seq, n);
-	}
-	return rc;
 }
 
 static int draft_prepare(void *self, struct draft_req *q)
@@ -234,10 +231,10 @@ static int draft_prepare(void *self, struct draft_req *q)
 	for (int j = 0; j < d->n_fed && valid < n && d->fed[j] == q->tokens[valid]; j++)
 		valid++;
 	const size_t start = ATLAS_MIN(valid, n - 1);
-	if ((size_t)d->seq.n_tokens > start &&
-	    seq_truncate(&m->x->pool, &d->seq, (int)start))
+	if ((size_t)d->kv.seq.n_tokens > start &&
+	    seq_truncate(&m->x->pool, &d->kv.seq, (int)start))
 		release(m, d);
-	d->base = ATLAS_MIN(start, (size_t)d->seq.n_tokens);
+	d->base = ATLAS_MIN(start, (size_t)d->kv.seq.n_tokens);
 	d->n_fed = 0;
 	const int room = m->chunk - m->queued_rows;
 	if (room <= 0)
@@ -245,15 +242,8 @@ static int draft_prepare(void *self, struct draft_req *q)
 	const size_t need = n - d->base;
 	const int feed = (int)ATLAS_MIN(need, (size_t)room);
 	const int k = (size_t)feed == need ? q->k : 0;
-	if (reserve(m, d, (int)d->base + feed + ATLAS_MAX(k - 1, 0)))
+	if (draft_seqs_reserve(&m->seqs, &d->kv, (int)d->base + feed + ATLAS_MAX(k - 1, 0)))
 		return 0;
-	if (!d->linked) {
-		d->next = m->seqs;
-		if (m->seqs)
-			m->seqs->prev = d;
-		m->seqs = d;
-		d->linked = true;
-	}
 	memcpy(d->feed, q->tokens + d->base, (size_t)feed * sizeof *d->feed);
 	d->n_feed = feed;
 	q->k = k;
@@ -267,7 +257,7 @@ static int draft_prepare(void *self, struct draft_req *q)
 static int add_seq(struct draft_model *m, struct draft_seq *d, const int32_t *ids, int n,
 		   int pos0, bool out)
 {
-	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->seq, ids, n, pos0,
+	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->kv.seq, ids, n, pos0,
 			     out ? &greedy : NULL);
 }
 
@@ -303,7 +293,7 @@ static int catch_up(struct draft_model *m, struct draft_req *const *q, int n, ch
 			if ((d->n_feed == 1) != (pass == 0))
 				continue;
 			d->base += (size_t)d->n_feed;
-			seq_commit(&d->seq, (int)d->base);
+			seq_commit(&d->kv.seq, (int)d->base);
 			if (q[i]->k > 0)
 				q[i]->drafts[q[i]->n_drafts++] = res.tokens[out++];
 		}
@@ -335,7 +325,7 @@ static int extend(struct draft_model *m, struct draft_req *const *q, int n, int 
 		if (q[i]->k <= j + 1)
 			continue;
 		d->fed[d->n_fed++] = q[i]->drafts[j];
-		seq_commit(&d->seq, (int)d->base + d->n_fed);
+		seq_commit(&d->kv.seq, (int)d->base + d->n_fed);
 		q[i]->drafts[q[i]->n_drafts++] = res.tokens[out++];
 	}
 	return 0;

@@ -23,18 +23,19 @@
  * up and does not draft with the head until its context is forgotten.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
 #include "common/log.h"
-#include "engine/spec/draft_cmd.h"
+#include "engine/spec/draft_seqs.h"
 #include "engine/spec/drafter.h"
 #include "engine/step/exec.h"
 
 struct mtp_seq {
-	struct seq seq;             /* the head's KV: pairs of positions [0, fed), then the
+	struct draft_seq_kv kv;     /* the head's KV: pairs of positions [0, fed), then the
 				     * chained drafts of the last run */
 	size_t fed;
 	bool lost;                  /* missed pairs: no drafts until forgotten */
@@ -45,8 +46,6 @@ struct mtp_seq {
 	int32_t *wait_ids;          /* [max_rows] */
 	struct draft_req *q;        /* queued by prepare, NULL: not drafting */
 	int out;                    /* its out row in the head's last step */
-	bool linked;                /* on mtp_drafter.seqs (it has KV) */
-	struct mtp_seq *prev, *next;
 };
 
 struct mtp_drafter {
@@ -59,9 +58,23 @@ struct mtp_drafter {
 	int32_t *src;               /* [max_rows] the same on the host */
 	struct mtp_seq **waiting;   /* [max_seqs] sessions with pairs to feed */
 	int n_waiting;
-	struct mtp_seq *seqs;       /* every session's sequence with KV (eviction) */
+	struct draft_seqs seqs;     /* every session's sequence with KV (eviction) */
 	uint64_t steps;
 };
+
+static struct mtp_seq *of(struct draft_seq_kv *kv)
+{
+	return (struct mtp_seq *)((char *)kv - offsetof(struct mtp_seq, kv));
+}
+
+/* A sequence drafting now, or with pairs to feed, keeps its KV. */
+static bool busy(const struct draft_seq_kv *kv)
+{
+	const struct mtp_seq *d = of((struct draft_seq_kv *)kv);
+	return d->q || d->n_wait;
+}
+
+static void evict(void *ctx, struct draft_seq_kv *kv);
 
 /* A draft is the head's most likely token. */
 static const struct kt_sample_row greedy = { .temperature = 0, .top_p = 1, .top_k = 0, .u = 0 };
@@ -121,6 +134,8 @@ static int mtp_open(const struct atlas_config *c, const struct step_limits *mode
 		free(m);
 		return rc;
 	}
+	m->seqs = (struct draft_seqs){ .pool = &m->x->pool, .busy = busy, .evict = evict,
+				       .ctx = m };
 	*self = m;
 	return 0;
 }
@@ -165,7 +180,7 @@ static void *mtp_session_new(void *self)
 		free(d);
 		return NULL;
 	}
-	seq_init(&d->seq);
+	seq_init(&d->kv.seq);
 	return d;
 }
 
@@ -183,15 +198,8 @@ static void unwait(struct mtp_drafter *m, struct mtp_seq *d)
 static void release(struct mtp_drafter *m, struct mtp_seq *d)
 {
 	unwait(m, d);
-	seq_release(&m->x->pool, &d->seq);
+	draft_seqs_release(&m->seqs, &d->kv);
 	d->fed = 0;
-	if (d->linked) {
-		*(d->prev ? &d->prev->next : &m->seqs) = d->next;
-		if (d->next)
-			d->next->prev = d->prev;
-		d->linked = false;
-		d->prev = d->next = NULL;
-	}
 }
 
 /* The head missed pairs of d's context. */
@@ -201,6 +209,11 @@ static void lose(struct mtp_drafter *m, struct mtp_seq *d)
 	d->lost = true;
 }
 
+static void evict(void *ctx, struct draft_seq_kv *kv)
+{
+	lose(ctx, of(kv));
+}
+
 static void mtp_session_free(void *self, void *state)
 {
 	struct mtp_drafter *m = self;
@@ -208,7 +221,7 @@ static void mtp_session_free(void *self, void *state)
 	if (!d)
 		return;
 	release(m, d);
-	seq_free(&m->x->pool, &d->seq);
+	seq_free(&m->x->pool, &d->kv.seq);
 	free(d->wait_ids);
 	free(d);
 }
@@ -220,28 +233,6 @@ static void mtp_session_forget(void *self, void *state)
 	d->lost = false;
 }
 
-/* Room for positions [0, n) in d, taking the KV of sessions with nothing
- * to feed and not drafting (they lose their pairs). */
-static int reserve(struct mtp_drafter *m, struct mtp_seq *d, int n)
-{
-	int rc = seq_reserve(&m->x->pool, &d->seq, n);
-	for (struct mtp_seq *o = m->seqs, *next; rc == -ENOSPC && o; o = next) {
-		next = o->next;
-		if (o == d || o->q || o->n_wait)
-			continue;
-		lose(m, o);
-		rc = seq_reserve(&m->x->pool, &d->seq, n);
-	}
-	if (!rc && !d->linked) {
-		d->next = m->seqs;
-		if (m->seqs)
-			m->seqs->prev = d;
-		m->seqs = d;
-		d->linked = true;
-	}
-	return rc;
-}
-
 /* Note what one session's rows of the model's step give the head. */
 static void absorb_one(struct mtp_drafter *m, const struct draft_seen *s)
 {
@@ -250,13 +241,13 @@ static void absorb_one(struct mtp_drafter *m, const struct draft_seen *s)
 		return;
 	/* A recomputed or rewritten part of the context replaces the head's. */
 	if (s->pos0 < d->fed) {
-		if (seq_truncate(&m->x->pool, &d->seq, (int)s->pos0)) {
+		if (seq_truncate(&m->x->pool, &d->kv.seq, (int)s->pos0)) {
 			lose(m, d);
 			return;
 		}
 		d->fed = s->pos0;
-	} else if ((size_t)d->seq.n_tokens > d->fed &&
-		   seq_truncate(&m->x->pool, &d->seq, (int)d->fed)) {
+	} else if ((size_t)d->kv.seq.n_tokens > d->fed &&
+		   seq_truncate(&m->x->pool, &d->kv.seq, (int)d->fed)) {
 		lose(m, d);
 		return;
 	}
@@ -269,7 +260,7 @@ static void absorb_one(struct mtp_drafter *m, const struct draft_seen *s)
 	if (end <= d->fed)
 		return;
 	const int n = (int)(end - d->fed);
-	if (reserve(m, d, (int)end)) {
+	if (draft_seqs_reserve(&m->seqs, &d->kv, (int)end)) {
 		lose(m, d);
 		return;
 	}
@@ -305,7 +296,7 @@ static int mtp_prepare(void *self, struct draft_req *q)
 	q->n_drafts = 0;
 	if (d->lost || !d->n_wait || d->fed + (size_t)d->n_wait + 1 != q->n_tokens)
 		return 0;
-	if (reserve(m, d, (int)q->n_tokens - 1 + q->k - 1))
+	if (draft_seqs_reserve(&m->seqs, &d->kv, (int)q->n_tokens - 1 + q->k - 1))
 		return 0;
 	d->q = q;
 	return 1;
@@ -317,7 +308,7 @@ static int add_seq(struct mtp_drafter *m, struct mtp_seq *d, const int32_t *ids,
 		   int pos0, bool out)
 {
 	d->out = out ? m->cmd.n_out : -1;
-	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->seq, ids, n, pos0,
+	return draft_cmd_add(&m->cmd, &m->x->pool, m->x->lim.max_table, &d->kv.seq, ids, n, pos0,
 			     out ? &greedy : NULL);
 }
 
@@ -365,7 +356,7 @@ static int catch_up(struct mtp_drafter *m, char *err, size_t errlen)
 		struct mtp_seq *d = m->waiting[i];
 		d->fed += (size_t)d->n_wait;
 		d->n_wait = 0;
-		seq_commit(&d->seq, (int)d->fed);
+		seq_commit(&d->kv.seq, (int)d->fed);
 		if (d->out >= 0)
 			d->q->drafts[d->q->n_drafts++] = res.tokens[d->out];
 	}
@@ -401,7 +392,7 @@ static int extend(struct mtp_drafter *m, struct draft_req *const *q, int n, int 
 		struct mtp_seq *d = q[i]->state;
 		if (d->out < 0)
 			continue;
-		seq_commit(&d->seq, (int)d->fed + j + 1);
+		seq_commit(&d->kv.seq, (int)d->fed + j + 1);
 		q[i]->drafts[q[i]->n_drafts++] = res.tokens[d->out];
 	}
 	return 0;
