@@ -107,8 +107,8 @@ const struct atlas_key atlas_keys[] = {
 	      "all. The weights and activations are loaded first; the KV pool gets what is "
 	      "left of this share."),
 	BOOL("engine", cuda_graphs, "true",
-	     "Replay decode steps from CUDA graphs, one recorded per batch size and context "
-	     "bucket, instead of launching every kernel from the host. false is for "
+	     "Replay decode steps (and steps of decode rows and short verifies) from CUDA "
+	     "graphs, one recorded per row count and context bucket, instead of launching every kernel from the host. false is for "
 	     "benchmarks and debugging: the tokens are the same either way."),
 
 	SIZE("swap", kv_host_memory, 0, 1048576 * GIB, "0",

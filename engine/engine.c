@@ -158,12 +158,13 @@ static void deliver_result(struct atlas_engine *e, const struct step_result *res
 }
 
 /* The gate's costs come from steps of decode rows and verify segments:
- * a prefill chunk's cost is not what a verify's is, and steps that read
- * host-tier KV cost what the link does, not what their rows do. */
-static void measure(struct atlas_engine *e, double seconds)
+ * a prefill chunk's cost is not what a verify's is, steps that read
+ * host-tier KV cost what the link does, not what their rows do, and a step
+ * that recorded its graph costs the recording once. */
+static void measure(struct atlas_engine *e, const struct step_result *res, double seconds)
 {
 	int segs = 0;
-	if (e->x->stage.n_pieces)
+	if (e->x->stage.n_pieces || res->recorded)
 		return;
 	for (int i = 0; i < e->cmd.n_seqs; i++) {
 		if (e->cmd.seqs[i].n_rows > 1 && !e->sched.drafts_of[i])
@@ -186,7 +187,7 @@ static void run_step(struct atlas_engine *e)
 	pthread_mutex_lock(&e->lock);
 	e->busy_s += (double)(atlas_now_ns() - t0) * 1e-9;
 	if (!rc) {
-		measure(e, (double)(t1 - t0) * 1e-9);
+		measure(e, &res, (double)(t1 - t0) * 1e-9);
 		sched_commit(&e->sched, &e->cmd);
 		e->step_tokens_total += (uint64_t)e->cmd.n_rows;
 		deliver_result(e, &res);

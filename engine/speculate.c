@@ -272,7 +272,8 @@ static void run_model(struct atlas_engine *e, int d)
 	}
 	pthread_mutex_unlock(&e->lock);
 	const uint64_t t0 = atlas_now_ns();
-	const int rc = spec_drafters[d]->run(sp->drafter[d], q, n, err, sizeof err);
+	bool recorded = false;
+	const int rc = spec_drafters[d]->run(sp->drafter[d], q, n, &recorded, err, sizeof err);
 	const uint64_t t1 = atlas_now_ns();
 	pthread_mutex_lock(&e->lock);
 	sp->n_queued[d] = 0;
@@ -282,7 +283,7 @@ static void run_model(struct atlas_engine *e, int d)
 		return;
 	}
 	/* Seconds per draft token; a run that only caught up drafted none. */
-	if (kmax > 0)
+	if (kmax > 0 && !recorded)
 		spec_cost_add(&sp->draft_cost[d], n, 0, (double)(t1 - t0) * 1e-9 / kmax);
 	for (int i = 0; i < n; i++) {
 		struct atlas_session *s = sp->queued[d][i];

@@ -81,9 +81,11 @@ struct kt_segment {
  * memory and are filled by the engine with kt_upload() before the step.
  *
  * The step's shape is also given on the host so that a backend can pick a
- * kernel per part without reading device memory: rows [0, n_single) are each
- * the only token of their sequence (decode rows), and the segments cover the
- * rows n_single..n_tokens-1 exactly, in order. A step replayed from a CUDA
+ * kernel per part without reading device memory: rows [0, n_single) are
+ * decode rows, each attending on its own by its position (a sequence may
+ * have several, a verify's rows at consecutive positions, whose keys all
+ * are stored before any row attends), and the segments cover the rows
+ * n_single..n_tokens-1 exactly, in order. A step replayed from a CUDA
  * graph (kt_graph) has only decode rows, and max_kv_len is then the bound of
  * the graph's bucket: kernels must be correct for any true length below it. */
 struct kt_batch {
@@ -333,6 +335,8 @@ struct kt_ops {
 struct kt_backend {
 	const struct kt_ops *ops;
 	struct kt_device_info info;
+	uint64_t graphs_recorded;  /* graphs kt_graph has recorded so far (the backend's
+				    * thread counts, anyone may read) */
 };
 
 /* Open the backend that c->backend names ("auto": cuda when built with CUDA

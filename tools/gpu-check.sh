@@ -38,11 +38,17 @@ part build
 ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 99; }
 
 part meson test
-meson test -C $build --no-rebuild --num-processes 4 --print-errorlogs >"$out/test.log" 2>&1 ||
-	failed=$((failed + 1))
+# The suites whose tests open the GPU run one test at a time: cli-bench
+# failed twice beside the others (H100, 2026-11-24) and passed alone six
+# times of six and beside a process holding 67 GB; the cause is not found.
+meson test -C $build --no-rebuild --num-processes 4 --print-errorlogs --no-suite cli \
+	--no-suite fs --no-suite gpu >"$out/test.log" 2>&1 || failed=$((failed + 1))
+cp $build/meson-logs/testlog.txt "$out/testlog.txt"
+meson test -C $build --no-rebuild --num-processes 1 --print-errorlogs --suite cli --suite fs \
+	--suite gpu >>"$out/test.log" 2>&1 || failed=$((failed + 1))
+cat $build/meson-logs/testlog.txt >>"$out/testlog.txt"
 grep -E "^ *[0-9]+/[0-9]+ " "$out/test.log" | grep -vE " OK | SKIP "
 grep -E "^(Ok|Fail|Skipped|Timeout):" "$out/test.log"
-cp $build/meson-logs/testlog.txt "$out/testlog.txt"
 
 part engine invariants on cuda, every fidelity model
 for m in tests/fidelity/models/*/; do

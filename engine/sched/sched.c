@@ -497,7 +497,7 @@ static int pending(const struct sched_req *r)
 	return (int)(r->n_tokens - (size_t)r->seq.n_tokens);
 }
 
-/* The session requests' step: every decode row, then verify segments and
+/* The session requests' step: every decode row, then verify segments, then
  * prefill chunks out of the chunk budget (verify rows first, up to
  * spec_rows). */
 static void plan_sessions(struct sched *s, struct step_cmd *cmd)
@@ -530,12 +530,15 @@ static void plan_sessions(struct sched *s, struct step_cmd *cmd)
 		if (list[i]->phase == REQ_RUNNING && want[i] > 0 &&
 		    reserve(s, list[i], list[i]->seq.n_tokens + want[i]) != ROOM_OK)
 			want[i] = 0;
-	for (int pass = 0; pass < 2; pass++)
+	/* Decode rows, then verify segments, then prefill chunks: the executor
+	 * runs the short segments at the front like decode rows (exec.c). */
+	for (int pass = 0; pass < 3; pass++)
 		for (int i = 0; i < n; i++) {
 			struct sched_req *r = list[i];
 			if (r->phase != REQ_RUNNING || want[i] <= 0)
 				continue;
-			if ((want[i] == 1 && pending(r) == 1) == (pass == 0))
+			const int kind = pending(r) != 1 ? 2 : want[i] > 1;
+			if (kind == pass)
 				add_seq(s, cmd, r, want[i]);
 		}
 }

@@ -44,6 +44,7 @@ struct draft_model {
 	char dir[ATLAS_PATH_MAX];
 	struct exec *x;
 	struct step_cmd cmd;
+	bool recorded;              /* a step of the current run recorded its graph */
 	int chunk;                  /* catch-up rows of one run, over all sessions */
 	int queued_rows;            /* catch-up rows queued for the next run */
 	struct draft_seqs seqs;     /* every session's sequence with KV (eviction) */
@@ -264,7 +265,9 @@ static int add_seq(struct draft_model *m, struct draft_seq *d, const int32_t *id
 static int run_cmd(struct draft_model *m, struct step_result *res, char *err, size_t errlen)
 {
 	m->cmd.number = ++m->steps;
-	return exec_run(m->x, &m->cmd, res, err, errlen);
+	int rc = exec_run(m->x, &m->cmd, res, err, errlen);
+	m->recorded |= !rc && res->recorded;
+	return rc;
 }
 
 /* The catch-up step: every queued sequence's unseen context tokens, the
@@ -331,10 +334,12 @@ static int extend(struct draft_model *m, struct draft_req *const *q, int n, int 
 	return 0;
 }
 
-static int draft_run(void *self, struct draft_req *const *q, int n, char *err, size_t errlen)
+static int draft_run(void *self, struct draft_req *const *q, int n, bool *recorded, char *err,
+		     size_t errlen)
 {
 	struct draft_model *m = self;
 	int kmax = 0, rc;
+	m->recorded = false;
 	for (int i = 0; i < n; i++) {
 		q[i]->n_drafts = 0;
 		kmax = ATLAS_MAX(kmax, q[i]->k);
@@ -343,6 +348,7 @@ static int draft_run(void *self, struct draft_req *const *q, int n, char *err, s
 	for (int j = 0; !rc && j + 1 < kmax; j++)
 		rc = extend(m, q, n, j, err, errlen);
 	m->queued_rows = 0;
+	*recorded = m->recorded;
 	for (int i = 0; i < n; i++) {
 		struct draft_seq *d = q[i]->state;
 		d->q = NULL;

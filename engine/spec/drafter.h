@@ -86,8 +86,11 @@ struct drafter_ops {
 	int (*prepare)(void *self, struct draft_req *q);
 	/* Without the lock: the drafts of queued requests q[0, n). On an error
 	 * every one of them has no drafts and the drafter's state stays
-	 * consistent (a failed forward forgets what it wrote). */
-	int (*run)(void *self, struct draft_req *const *q, int n, char *err, size_t errlen);
+	 * consistent (a failed forward forgets what it wrote). *recorded:
+	 * whether one of its steps recorded a CUDA graph first, so that its
+	 * time is not what drafting costs. */
+	int (*run)(void *self, struct draft_req *const *q, int n, bool *recorded, char *err,
+		   size_t errlen);
 	/* Optional. Lock held, after step number `step` of the model: what it
 	 * did for the sessions in seen[0, n) that have this drafter's state. */
 	void (*absorb)(void *self, const struct draft_seen *seen, int n, uint64_t step);

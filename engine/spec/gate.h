@@ -4,9 +4,10 @@
  * segment; it pays when the tokens it is expected to give per second of
  * step beat plain decoding's. The cost side is measured on this device:
  * the seconds of every step of decode rows and verify segments, by its
- * rows and its segments (spec_cost; on a GPU a segment costs far more than
- * its rows: its attention is launched on its own, and a step with one is
- * not replayed from a graph). The gain side is a session's acceptance rate
+ * rows and its segments (spec_cost; on a GPU a verify at a long context
+ * runs as a segment of its own, its attention launched on its own and its
+ * step not replayed from a graph, which costs far more than its rows). The
+ * gain side is a session's acceptance rate
  * alpha, the chance that a draft is accepted given the one before it was
  * (spec_accept, a decaying count of verify outcomes): k drafts give
  * 1 + alpha + ... + alpha^k tokens on average.
@@ -21,7 +22,7 @@
  * a new shape is tried and measured). A step with verify segments costs
  * what it was measured to cost; one never measured costs its rows as
  * decode rows plus a + b per segment, fitted to what measured steps with
- * segments cost over their rows (a decaying least-squares fit: on a GPU a
+ * segments cost over their rows (a decaying least-squares fit: where a
  * step with any segment loses its CUDA graph, a, and each segment adds its
  * attention launches, b); before any was measured, nothing extra.
  *

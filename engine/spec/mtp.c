@@ -51,6 +51,7 @@ struct mtp_seq {
 struct mtp_drafter {
 	char dir[ATLAS_PATH_MAX];
 	struct exec *x;             /* the head's executor */
+	bool recorded;              /* a step of the current run recorded its graph */
 	struct kt_tensor model_hidden;  /* the model executor's d_hidden (bind) */
 	struct step_cmd cmd;
 	int max_rows;
@@ -326,7 +327,9 @@ static int run_cmd(struct mtp_drafter *m, const struct kt_tensor *from,
 		return atlas_errf(err, errlen, rc, "%s backend: cannot gather the hidden rows",
 				  x->be->info.backend);
 	m->cmd.number = ++m->steps;
-	return exec_run(x, &m->cmd, res, err, errlen);
+	rc = exec_run(x, &m->cmd, res, err, errlen);
+	m->recorded |= !rc && res->recorded;
+	return rc;
 }
 
 /* The catch-up step: every waiting session's pairs, the one-row ones first
@@ -398,10 +401,12 @@ static int extend(struct mtp_drafter *m, struct draft_req *const *q, int n, int 
 	return 0;
 }
 
-static int mtp_run(void *self, struct draft_req *const *q, int n, char *err, size_t errlen)
+static int mtp_run(void *self, struct draft_req *const *q, int n, bool *recorded, char *err,
+		   size_t errlen)
 {
 	struct mtp_drafter *m = self;
 	int kmax = 0, rc = 0;
+	m->recorded = false;
 	for (int i = 0; i < n; i++) {
 		q[i]->n_drafts = 0;
 		kmax = ATLAS_MAX(kmax, q[i]->k);
@@ -410,6 +415,7 @@ static int mtp_run(void *self, struct draft_req *const *q, int n, char *err, siz
 		rc = catch_up(m, err, errlen);
 	for (int j = 0; !rc && j + 1 < kmax; j++)
 		rc = extend(m, q, n, j, err, errlen);
+	*recorded = m->recorded;
 	for (int i = 0; i < n; i++) {
 		struct mtp_seq *d = q[i]->state;
 		d->q = NULL;

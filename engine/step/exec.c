@@ -2,9 +2,9 @@
  *
  * A run uploads the command's block tables into the rows of its slots,
  * derives each row's position and slot from the sequences, runs the model
- * (a decode-only step whose rows all want logits replays the CUDA graph of
- * its bucket, padded with rows of the pad slot), samples the out rows and
- * downloads the kept logits.
+ * (a step of decode rows and short verifies whose rows all want logits
+ * replays the CUDA graph of its bucket, padded with rows of the pad slot),
+ * samples the out rows and downloads the kept logits.
  *
  * A command whose tables name host-tier slots (DESIGN §8) is laid out for
  * model_attend: each sequence's blocks up to its last host one are pieces
@@ -25,22 +25,37 @@
 #include "common/err.h"
 #include "common/log.h"
 
-/* Decode batch sizes that get a graph of their own; a batch runs padded to
- * the next one (or to the largest batch a command holds, whose rows and
- * logits rows the buffers have room for). Dense at the small end, where
- * padding costs the most relative to the work. */
+/* Row counts that get a graph of their own; a step runs padded to the next
+ * one (past the last, to the next multiple of GRAPH_ROWS_STEP; at most to
+ * the largest step a command holds, whose rows and logits rows the buffers
+ * have room for). Dense at the small end, where padding costs the most
+ * relative to the work; coarse above, so that verifies of every length do
+ * not each record a graph of their own. */
 static const int graph_batches[] = { 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256 };
+#define GRAPH_ROWS_STEP 64
+
+/* A sequence of at most DECODE_ROWS_MAX rows that all give logits (a
+ * verify: the last token and up to ATLAS_SPEC_K_MAX drafts) runs as decode
+ * rows when only decode rows come before it: each row attends on its own,
+ * by its own position, split over the keys like any decode row. A step of
+ * decode rows and verifies is then one attention launch, and when all its
+ * rows give logits it replays a graph. A segment's kernel would read the
+ * keys once for all its rows, but without splitting them: at long
+ * contexts it is the slower one by far (docs/perf.md, "what a verify step
+ * costs"). A prompt chunk stays a segment, so that no decode row shares its
+ * matmuls with prompt rows (dense_forward.c). */
+#define DECODE_ROWS_MAX (ATLAS_SPEC_K_MAX + 1)
 
 /* The context lengths of graph buckets start here and double. */
 #define GRAPH_MIN_KV 256
 
 static int graph_batch(const struct exec *x, int n)
 {
-	const int most = ATLAS_MIN(x->lim.max_seqs, x->lim.max_out);
+	const int most = ATLAS_MIN(x->lim.max_rows, x->lim.max_out);
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(graph_batches); i++)
 		if (graph_batches[i] >= n)
 			return ATLAS_MIN(graph_batches[i], most);
-	return most;
+	return ATLAS_MIN((n + GRAPH_ROWS_STEP - 1) / GRAPH_ROWS_STEP * GRAPH_ROWS_STEP, most);
 }
 
 static int graph_kv(const struct exec *x, int max_kv)
@@ -396,7 +411,7 @@ static int record_forward(void *ctx)
  * rows and the segments of kt_batch, the rows that give logits. */
 static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b, int *max_kv)
 {
-	int n = 0;
+	int n = 0, o = 0;
 	*max_kv = 0;
 	b->n_single = 0;
 	for (int i = 0; i < c->n_seqs; i++) {
@@ -406,8 +421,13 @@ static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b
 			x->seqslot[q->row + r] = q->slot;
 		}
 		*max_kv = ATLAS_MAX(*max_kv, q->pos0 + q->n_rows);
-		if (q->n_rows == 1 && n == 0)
-			b->n_single++;
+		/* Out rows are in row order: count this sequence's. */
+		int outs = 0;
+		for (; o < c->n_out && c->out[o].row < q->row + q->n_rows; o++)
+			outs += c->out[o].row >= q->row;
+		const bool verify = q->n_rows <= DECODE_ROWS_MAX && outs == q->n_rows;
+		if (n == 0 && (q->n_rows == 1 || verify))
+			b->n_single += q->n_rows;
 		else
 			x->segments[n++] = (struct kt_segment){ .row = q->row, .n_rows = q->n_rows,
 								.pos0 = q->pos0, .seq = q->slot };
@@ -441,8 +461,9 @@ static int upload_i32(struct exec *x, const struct kt_tensor *dst, const int32_t
 }
 
 /* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits.
- * A step of decode rows only, each giving logits, replays the graph of its
- * bucket: padded with rows of the pad slot to the bucket's batch. */
+ * A step whose rows all run as decode rows (decodes and short verifies),
+ * each giving logits, replays the graph of its bucket: padded with rows of
+ * the pad slot to the bucket's row count. */
 static int forward(struct exec *x, const struct step_cmd *c)
 {
 	int n_rows = c->n_rows, n_out = c->n_out, max_kv, rc;
@@ -529,6 +550,7 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 		atlas_errprefix(err, errlen, "step %llu", (unsigned long long)c->number);
 		return rc;
 	}
+	const uint64_t recorded = x->be->graphs_recorded;
 	if ((rc = forward(x, c)))
 		return atlas_errf(err, errlen, rc, "%s backend: forward pass failed (%s)", be,
 				  strerror(-rc));
@@ -551,5 +573,6 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 				  be, strerror(-rc));
 	r->tokens = x->tokens;
 	r->logits = x->logits;
+	r->recorded = x->be->graphs_recorded != recorded;
 	return 0;
 }

@@ -40,7 +40,7 @@ struct exec {
 	struct step_geometry geo;       /* what commands are checked against */
 	int n_seq_slots;                /* block-table rows of sequences */
 	int pad_slot;                   /* n_seq_slots */
-	bool graphs;                    /* decode-only steps replay CUDA graphs */
+	bool graphs;                    /* steps of decode rows replay CUDA graphs */
 
 	/* Device step buffers. */
 	struct kt_tensor d_ids, d_pos, d_seq;   /* [max_rows, 1] i32 */

@@ -23,6 +23,7 @@
 #define ATLAS_ENGINE_STEP_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/kv/kv.h"
@@ -75,6 +76,8 @@ struct step_result {
 				     * -1 at the others */
 	const float *logits;        /* [n_keep, vocab] the kept rows, in out order */
 	int n_keep;
+	bool recorded;              /* the step recorded its CUDA graph first: its time is
+				     * not what its shape costs */
 };
 
 /* Arrays for a command of up to l's sizes (the planner's, a decoder's). */

@@ -213,8 +213,6 @@ template <int D> static int run_decode(const att_call &c, int rows, int max_kv_l
 					       DEC_MIN_CHUNK);
 	decode_args a;
 
-	if (rows > 65535)
-		return -EINVAL;
 	a.out = c.out;
 	a.q = c.q;
 	a.kc = (const __nv_bfloat16 *)c.kc;

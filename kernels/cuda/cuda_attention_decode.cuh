@@ -1,10 +1,14 @@
-/* Decode attention: rows that are each the only token of their sequence in
- * the step, flash-decoding style (split-K over the keys) on tensor cores.
+/* Decode attention: rows that each attend on their own by their position
+ * (a decode row, or one of a verify's rows of one sequence), flash-decoding
+ * style (split-K over the keys) on tensor cores.
  *
  * A CTA of DEC_WARPS warps serves one row, one split of its keys and up to
  * DEC_HEADS q heads of one kv head (the 16 rows of the m16n8k16 tiles; a
  * GQA group larger than that takes several head chunks), so each K/V row is
- * read once per group. Grid: x split, y kv head × head chunk, z row. Its
+ * read once per group. Grid: x row, y kv head × head chunk, z split: the
+ * rows of one sequence in a step (a verify's) are neighbours in launch
+ * order, so that the keys one of them reads are still in L2 for the
+ * others. Its
  * keys [split * chunk, min((split + 1) * chunk, pos + 1)) stream through a
  * STAGES-deep cp.async ring of ATT_TILE keys; warp w folds keys
  * [16 w, 16 w + 16) of each tile into its own softmax state, and the warps'
@@ -193,7 +197,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	__shared__ float ms[DEC_WARPS][DEC_HEADS], ls[DEC_WARPS][DEC_HEADS];
 	__shared__ float wts[DEC_HEADS][DEC_MAX_SPLITS], inv_l[DEC_HEADS];
 	__shared__ int bad_from, last;
-	const int t = blockIdx.z, split = blockIdx.x, hc = blockIdx.y % a.head_chunks;
+	const int t = blockIdx.x, split = blockIdx.z, hc = blockIdx.y % a.head_chunks;
 	const int kvh = blockIdx.y / a.head_chunks, h0 = kvh * a.group + hc * DEC_HEADS;
 	const int nh = min(DEC_HEADS, a.group - hc * DEC_HEADS);
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -328,7 +332,7 @@ template <int D, int STAGES>
 static inline void decode_launch(const decode_args &a, int rows, int n_kv, cudaStream_t s)
 {
 	typedef decode_cfg<D, STAGES> cfg;
-	const dim3 grid((unsigned)a.splits, (unsigned)(n_kv * a.head_chunks), (unsigned)rows);
+	const dim3 grid((unsigned)rows, (unsigned)(n_kv * a.head_chunks), (unsigned)a.splits);
 
 	decode_kernel<D, STAGES><<<grid, cfg::threads, cfg::smem, s>>>(a);
 }

@@ -119,6 +119,7 @@ int cuda_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), vo
 			g->broken = true;
 			return record(ctx);
 		}
+		cu->base.graphs_recorded++;
 	}
 	CU_CHECK(cudaGraphLaunch(g->exec, cu->stream));
 	return 0;

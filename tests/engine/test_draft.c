@@ -37,8 +37,9 @@ static int fresh_drafts(void *m, const int32_t *tokens, size_t n, int32_t *out)
 	struct draft_req q = { .state = st, .tokens = tokens, .n_tokens = n, .k = K };
 	struct draft_req *list[] = { &q };
 	char err[ATLAS_ERRLEN];
+	bool recorded;
 	assert_int_equal(ops->prepare(m, &q), 1);
-	assert_int_equal(ops->run(m, list, 1, err, sizeof err), 0);
+	assert_int_equal(ops->run(m, list, 1, &recorded, err, sizeof err), 0);
 	memcpy(out, q.drafts, sizeof(int32_t) * (size_t)q.n_drafts);
 	const int nd = q.n_drafts;
 	ops->session_free(m, st);
@@ -53,6 +54,7 @@ static void test_rollback(void **state)
 	const struct drafter_ops *ops = &draft_model_ops;
 	struct atlas_config c;
 	char err[ATLAS_ERRLEN];
+	bool recorded;
 	void *m;
 	et_config(&c, model_dir);
 	snprintf(c.draft_model, sizeof c.draft_model, "%s", model_dir);
@@ -73,7 +75,7 @@ static void test_rollback(void **state)
 		struct draft_req q = { .state = st, .tokens = ctx, .n_tokens = n, .k = K };
 		struct draft_req *list[] = { &q };
 		assert_int_equal(ops->prepare(m, &q), 1);
-		assert_int_equal(ops->run(m, list, 1, err, sizeof err), 0);
+		assert_int_equal(ops->run(m, list, 1, &recorded, err, sizeof err), 0);
 		const int nd = fresh_drafts(m, ctx, n, want);
 		assert_int_equal(q.n_drafts, K);
 		assert_int_equal(nd, K);

@@ -109,7 +109,8 @@ static void seen(void *m, struct target *t, void *st, int n_rows, int pos0, cons
 static void feed_pending(void *m)
 {
 	char err[ATLAS_ERRLEN];
-	if (ops->pending(m) && ops->run(m, NULL, 0, err, sizeof err))
+	bool recorded;
+	if (ops->pending(m) && ops->run(m, NULL, 0, &recorded, err, sizeof err))
 		fail_msg("run: %s", err);
 }
 
@@ -119,8 +120,9 @@ static int drafts_of(void *m, void *st, const int32_t *ctx, size_t n, int32_t *o
 	struct draft_req q = { .state = st, .tokens = ctx, .n_tokens = n, .k = K };
 	struct draft_req *list[] = { &q };
 	char err[ATLAS_ERRLEN];
+	bool recorded;
 	assert_int_equal(ops->prepare(m, &q), 1);
-	if (ops->run(m, list, 1, err, sizeof err))
+	if (ops->run(m, list, 1, &recorded, err, sizeof err))
 		fail_msg("run: %s", err);
 	memcpy(out, q.drafts, sizeof(int32_t) * (size_t)q.n_drafts);
 	return q.n_drafts;

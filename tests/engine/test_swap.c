@@ -10,10 +10,12 @@
  * streams them through staging, every step, with the same bits.
  *
  * Usage: test_swap MODEL_DIR   (exit 77 when the directory is missing)
- * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
+ * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend, where a
+ * token may differ only at a near tie of the reference's logits (near_tie).
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,8 +55,8 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, const struct t
 	struct atlas_config c;
 	et_config(&c, model_dir);
 	/* Drafts by the tokens alone: a gate that decides by the step times
-	 * it measures gives runs of different step shapes, whose tokens the
-	 * cuda backend may compute differently at a near tie. */
+	 * it measures would make the step shapes timing-dependent even
+	 * without the tier. */
 	c.spec_gate = false;
 	c.max_batch = max_batch;
 	c.chunk_size = chunk;
@@ -130,14 +132,65 @@ static void run_sessions(struct atlas_engine *e, struct run *out)
 
 static struct run reference;
 
+/* On cuda a logit may change in its last bits with the step's shape
+ * (test_engine.c), and the shapes of a run with the swap tier depend on
+ * when its copies finish: a greedy token may then differ where the model's
+ * top two are a near tie. The reference's own logits for the context
+ * before such a token (whole-context prefill on a reference engine) must
+ * have both tokens within CUDA_TIE_TOL of their best; the rest of that
+ * session is then not compared. On the cpu backend every token is equal. */
+#define CUDA_TIE_TOL 0.1f
+
+static bool near_tie(const struct run *ref, int i, int t, int k, int32_t a, int32_t b)
+{
+	const char *backend = getenv("ATLAS_TEST_BACKEND");
+	if (!backend || !strcmp(backend, "cpu"))
+		return false;
+	const struct tiers none = { .blocks = 0 };
+	struct atlas_engine *e = open_engine(4, 64, &none);
+	const int vocab = atlas_engine_vocab_size(e);
+	int32_t ctx[128];
+	size_t n = 0;
+	et_prompt_ids(ctx, prompt_len[i], 300u + (uint32_t)i, vocab);
+	n = (size_t)prompt_len[i];
+	for (int j = 0; j < (t ? MAX_TOKENS : k); j++)
+		ctx[n++] = ref->ids[i][0][j];
+	if (t) {
+		et_prompt_ids(ctx + n, 11, 900u + (uint32_t)i, vocab);
+		n += 11;
+		for (int j = 0; j < k; j++)
+			ctx[n++] = ref->ids[i][1][j];
+	}
+	float *logits = malloc(sizeof(float) * n * (size_t)vocab);
+	char err[ATLAS_ERRLEN];
+	assert_non_null(logits);
+	if (atlas_engine_logits(e, ctx, n, logits, err, sizeof err))
+		fail_msg("atlas_engine_logits: %s", err);
+	const float *last = logits + (n - 1) * (size_t)vocab;
+	float best = last[0];
+	for (int v = 1; v < vocab; v++)
+		best = last[v] > best ? last[v] : best;
+	const bool tie = best - last[a] <= CUDA_TIE_TOL && best - last[b] <= CUDA_TIE_TOL;
+	printf("session %d turn %d token %d: %d vs %d, %g and %g below the best logit\n", i,
+	       t + 1, k, a, b, (double)(best - last[a]), (double)(best - last[b]));
+	free(logits);
+	atlas_engine_close(e);
+	return tie;
+}
+
 static void assert_same(const struct run *a, const struct run *b, const char *what)
 {
 	for (int i = 0; i < SESSIONS; i++)
 		for (int t = 0; t < 2; t++)
-			for (int k = 0; k < MAX_TOKENS; k++)
-				if (a->ids[i][t][k] != b->ids[i][t][k])
-					fail_msg("%s: session %d turn %d token %d: %d vs %d", what, i,
-						 t + 1, k, a->ids[i][t][k], b->ids[i][t][k]);
+			for (int k = 0; k < MAX_TOKENS; k++) {
+				if (a->ids[i][t][k] == b->ids[i][t][k])
+					continue;
+				if (!near_tie(b, i, t, k, a->ids[i][t][k], b->ids[i][t][k]))
+					fail_msg("%s: session %d turn %d token %d: %d vs %d", what,
+						 i, t + 1, k, a->ids[i][t][k], b->ids[i][t][k]);
+				t = 2;
+				break;
+			}
 }
 
 /* The reference: a pool that holds everything, no swap tier. */

@@ -241,6 +241,10 @@ static const struct op_family attention = { att_build, att_run, att_check, false
 /* Decode rows only, lengths around block and split boundaries. */
 #define DECODE SEQS({ 3000, 1 }, { 0, 1 }, { 17, 1 }, { 255, 1 }, { 256, 1 }, { 1023, 1 }, \
 		    { 64, 1 }, { 4, 1 })
+/* Decode rows and verifies (a row and up to 8 drafts) as the executor runs
+ * them, all decode rows: across block and split boundaries, one at 0. */
+#define VERIFY SEQS({ 300, 5 }, { 0, 1 }, { 17, 9 }, { 2046, 3 }, { 1100, 2 }, { 64, 1 }, \
+		    { 3000, 9 }, { 0, 4 })
 /* Prompt chunks only: from position 0, after history, across many blocks. */
 #define PREFILL SEQS({ 0, 40 }, { 16, 70 }, { 300, 33 }, { 5, 2 })
 
@@ -277,6 +281,14 @@ static const struct op_case cases[] = {
 	     DECODE),
 	STEP("attention GQA 8/4 D=64 bs=16 decode only", 8, 4, 64, 16, KV_NATIVE, SHAPE_STEP,
 	     DECODE),
+	STEP("attention GQA 32/8 D=128 bs=16 verifies as decode rows (Qwen3-8B)", 32, 8, 128, 16,
+	     KV_NATIVE, SHAPE_DECODE_ROWS, VERIFY),
+	STEP("attention GQA 8/4 D=64 bs=16 verifies as decode rows (atlas-tiny)", 8, 4, 64, 16,
+	     KV_NATIVE, SHAPE_DECODE_ROWS, VERIFY),
+	STEP("attention GQA 16/2 D=64 bs=16 verifies as decode rows (group 8)", 16, 2, 64, 16,
+	     KV_NATIVE, SHAPE_DECODE_ROWS, VERIFY),
+	STEP("attention GQA 8/2 D=128 bs=16 verifies as decode rows, f32 cache", 8, 2, 128, 16,
+	     KV_F32, SHAPE_DECODE_ROWS, VERIFY),
 	STEP("attention GQA 8/2 D=128 bs=16 mixed, f32 cache", 8, 2, 128, 16, KV_F32, SHAPE_STEP,
 	     MIXED),
 	STEP("attention MHA 3/3 D=34 bs=7 mixed, f32 cache", 3, 3, 34, 7, KV_F32, SHAPE_STEP,

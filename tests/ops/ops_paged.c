@@ -60,8 +60,10 @@ static int plain_chunks(struct op_run *r, const struct paged_world *w, bool hist
 }
 
 /* The step as the engine gives it: decode rows (shuffled), then one segment
- * per multi-token sequence (shuffled order). */
-static struct paged_tokens shaped_step(struct op_run *r, const struct paged_world *w)
+ * per multi-token sequence (shuffled order); or with all_decode, every
+ * sequence's tokens as decode rows, sequences in shuffled order. */
+static struct paged_tokens shaped_step(struct op_run *r, const struct paged_world *w,
+				       bool all_decode)
 {
 	const struct paged_params *p = w->p;
 	int32_t order[PAGED_MAX_SEQS];
@@ -75,15 +77,19 @@ static struct paged_tokens shaped_step(struct op_run *r, const struct paged_worl
 	for (int s = 0; s < p->n_seqs; s++)
 		order[s] = s;
 	op_shuffle(r, order, p->n_seqs);
-	for (int i = 0; i < p->n_seqs; i++)
-		if (p->seqs[order[i]].step == 1)
-			token_set(w, &t, t.T++, order[i], p->seqs[order[i]].hist);
+	for (int i = 0; i < p->n_seqs; i++) {
+		const struct paged_seq *q = &p->seqs[order[i]];
+
+		if (q->step == 1 || (all_decode && q->step > 1))
+			for (int j = 0; j < q->step; j++)
+				token_set(w, &t, t.T++, order[i], q->hist + j);
+	}
 	t.n_single = t.T;
 	op_shuffle(r, order, p->n_seqs);
 	for (int i = 0; i < p->n_seqs; i++) {
 		const struct paged_seq *q = &p->seqs[order[i]];
 
-		if (q->step < 2)
+		if (q->step < 2 || all_decode)
 			continue;
 		t.segs[t.n_segments++] = (struct kt_segment){ .row = t.T, .n_rows = q->step,
 							      .pos0 = q->hist,
@@ -143,8 +149,8 @@ void paged_build(struct op_run *r, struct paged_world *w, const struct paged_par
 		}
 	}
 	w->n_hist = plain_chunks(r, w, true, OP_MAX_TOKENS, &w->hist);
-	if (p->shape == SHAPE_STEP) {
-		w->step = shaped_step(r, w);
+	if (p->shape != SHAPE_PLAIN) {
+		w->step = shaped_step(r, w, p->shape == SHAPE_DECODE_ROWS);
 	} else {
 		struct paged_tokens *chunks;
 

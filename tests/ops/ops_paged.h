@@ -9,7 +9,9 @@
  * tokens without a step shape) and [hist, hist + step) new in the step. The
  * step's tokens are either shuffled with no step shape (every backend runs
  * its generic path) or, as the engine gives them, decode rows (step 1)
- * first and then one segment per prompt chunk (step > 1).
+ * first and then one segment per prompt chunk (step > 1), or as the
+ * executor lays out a step of decode rows and verifies: every token a
+ * decode row, a sequence's tokens next to each other (SHAPE_DECODE_ROWS).
  *
  * Cache layout: K and V tensors of their own, blocks back to back
  * (kv_block_rows 0), or, as the engine's pool lays them out (engine/kv/kv.h),
@@ -34,7 +36,7 @@
 #define PAGED_MAX_SEQS 8
 
 enum paged_kv { KV_NATIVE, KV_F32 };
-enum paged_shape { SHAPE_PLAIN, SHAPE_STEP };
+enum paged_shape { SHAPE_PLAIN, SHAPE_STEP, SHAPE_DECODE_ROWS };
 
 struct paged_seq {
 	int hist, step; /* positions stored before the step, and new in it */
