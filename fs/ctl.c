@@ -5,9 +5,11 @@
  * at once, so that a bad line fails its own write with EINVAL; the batch is
  * applied at flush (close), all lines or none. Shells write a redirection
  * line by line (bash's printf does), so applying each write on its own would
- * let `printf 'a 1\nbad\n' > ctl` change half the settings. After a failed
- * write the batch is poisoned: later writes fail too and the flush applies
- * nothing. The setting names and values are the engine's (atlas_params_parse
+ * let `printf 'a 1\nbad\n' > ctl` change half the settings. Each complete
+ * line is checked once, on top of the lines before it (a batch of many
+ * lines costs their length, not its square). After a failed write (a bad
+ * line, or too many bytes) later writes and the flush fail with its error
+ * and nothing is applied. The setting names and values are the engine's (atlas_params_parse
  * and atlas_params_format); this file only splits lines and picks out the
  * commands. */
 #include "fs/internal.h"
@@ -65,92 +67,145 @@ static int parse_line(char *line, struct atlas_params *p, bool *stop_seen, bool 
 	return atlas_params_parse(p, line, value, stop_seen, err, errlen);
 }
 
-/* Parse buf[0..size) as lines; with `apply`, set them and run the commands.
- * Every line parses or nothing changes. 0, -EINVAL for a bad batch, -ENOENT
- * once the session is removed, -ENOMEM. */
-static int run_lines(struct fs_session *s, const char *buf, size_t size, bool apply)
+/* What the lines of a batch set: the settings, from those of the session
+ * when the parse began, and the commands in order. */
+struct fs_ctl_parse {
+	struct atlas_params p;
+	enum ctl_cmd cmds[CTL_MAX_COMMANDS];
+	size_t n_cmds;
+	bool stop_seen, settings;
+};
+
+/* Start st from the session's settings: 0 or -ENOENT. */
+static int parse_begin(struct fs_session *s, struct fs_ctl_parse *st, char *err, size_t errlen)
 {
-	char err[ATLAS_ERRLEN] = "";
+	memset(st, 0, sizeof *st);
+	pthread_mutex_lock(&s->lock);
+	if (s->es)
+		atlas_session_get_params(s->es, &st->p);
+	const bool gone = !s->es;
+	pthread_mutex_unlock(&s->lock);
+	return gone ? atlas_errf(err, errlen, -ENOENT, "the session is removed") : 0;
+}
+
+/* Parse buf[0..size) as lines into st: 0, -EINVAL, -ENOMEM. */
+static int parse_lines(struct fs_ctl_parse *st, const char *buf, size_t size, char *err,
+		       size_t errlen)
+{
+	if (memchr(buf, 0, size))
+		return atlas_errf(err, errlen, -EINVAL, "NUL byte in a setting");
 	char *text = malloc(size + 1);
 	if (!text)
-		return -ENOMEM;
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	memcpy(text, buf, size);
 	text[size] = 0;
 	int rc = 0;
-	if (memchr(text, 0, size))
-		rc = atlas_errf(err, sizeof err, -EINVAL, "NUL byte in a setting");
-
-	pthread_mutex_lock(&s->lock);
-	struct atlas_params p;
-	enum ctl_cmd cmds[CTL_MAX_COMMANDS];
-	size_t n_cmds = 0;
-	bool stop_seen = false, settings = false;
-	if (!rc && !s->es)
-		rc = atlas_errf(err, sizeof err, -ENOENT, "the session is removed");
-	if (!rc)
-		atlas_session_get_params(s->es, &p);
 	for (char *line = text, *next; !rc && line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
 			*next++ = 0;
 		enum ctl_cmd cmd = CMD_NONE;
-		rc = parse_line(line, &p, &stop_seen, &settings, &cmd, err, sizeof err);
-		if (!rc && cmd != CMD_NONE && n_cmds == CTL_MAX_COMMANDS)
-			rc = atlas_errf(err, sizeof err, -EINVAL, "too many commands in one write");
+		rc = parse_line(line, &st->p, &st->stop_seen, &st->settings, &cmd, err, errlen);
+		if (!rc && cmd != CMD_NONE && st->n_cmds == CTL_MAX_COMMANDS)
+			rc = atlas_errf(err, errlen, -EINVAL, "too many commands in one batch");
 		if (!rc && cmd != CMD_NONE)
-			cmds[n_cmds++] = cmd;
+			st->cmds[st->n_cmds++] = cmd;
 	}
-	if (!rc && settings)
-		rc = apply ? atlas_session_set_params(s->es, &p, err, sizeof err)
-			   : atlas_session_check_params(s->es, &p, err, sizeof err);
-	for (size_t i = 0; !rc && apply && i < n_cmds; i++) {
-		if (cmds[i] == CMD_CANCEL)
+	free(text);
+	return rc;
+}
+
+/* Check st's settings against the session (apply false), or set them and
+ * run its commands. 0, -EINVAL, -ENOENT. */
+static int parse_end(struct fs_session *s, const struct fs_ctl_parse *st, bool apply, char *err,
+		     size_t errlen)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->lock);
+	if (!s->es)
+		rc = atlas_errf(err, errlen, -ENOENT, "the session is removed");
+	if (!rc && st->settings)
+		rc = apply ? atlas_session_set_params(s->es, &st->p, err, errlen)
+			   : atlas_session_check_params(s->es, &st->p, err, errlen);
+	for (size_t i = 0; !rc && apply && i < st->n_cmds; i++) {
+		if (st->cmds[i] == CMD_CANCEL)
 			atlas_session_cancel(s->es);
 		else
 			atlas_session_reset(s->es);
 	}
 	pthread_mutex_unlock(&s->lock);
-	free(text);
-	if (rc) {
-		log_info("session %s: ctl: %s", s->name, err);
-		return rc == -ENOENT ? rc : -EINVAL;
-	}
-	return 0;
+	return rc;
+}
+
+/* The error a batch fails with: -ENOENT and -ENOMEM as they are, any other
+ * as -EINVAL. */
+static int batch_error(struct fs_session *s, int rc, const char *err)
+{
+	log_info("session %s: ctl: %s", s->name, err);
+	return rc == -ENOENT || rc == -ENOMEM ? rc : -EINVAL;
 }
 
 int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, size_t size)
 {
-	if (b->poisoned)
-		return -EINVAL;
+	char err[ATLAS_ERRLEN] = "";
+	if (b->failed)
+		return b->failed;
 	if (size > FS_IN_MAX - b->len)
-		return -EFBIG;
+		return b->failed = -EFBIG;
 	char *n = realloc(b->text, b->len + size);
 	if (!n)
-		return -ENOMEM;
+		return b->failed = -ENOMEM;
 	b->text = n;
 	memcpy(b->text + b->len, buf, size);
 	b->len += size;
-	/* Check the complete lines; an unfinished one waits for the flush. */
-	const char *end = memrchr(b->text, '\n', b->len);
-	int rc = end ? run_lines(s, b->text, (size_t)(end - b->text), false) : 0;
-	if (rc == -EINVAL)
-		b->poisoned = true;
-	return rc;
+	/* Check the new complete lines, each once, on top of the earlier ones;
+	 * an unfinished one waits. */
+	const char *end = memrchr(b->text + b->checked, '\n', b->len - b->checked);
+	if (!end)
+		return 0;
+	int rc = 0;
+	if (!b->parsed) {
+		b->parsed = malloc(sizeof *b->parsed);
+		rc = b->parsed ? parse_begin(s, b->parsed, err, sizeof err)
+			       : atlas_errf(err, sizeof err, -ENOMEM, "out of memory");
+	}
+	if (!rc)
+		rc = parse_lines(b->parsed, b->text + b->checked,
+				 (size_t)(end - (b->text + b->checked)), err, sizeof err);
+	if (!rc)
+		rc = parse_end(s, b->parsed, false, err, sizeof err);
+	b->checked = (size_t)(end - b->text) + 1;
+	return rc ? (b->failed = batch_error(s, rc, err)) : 0;
 }
 
+/* Every line again, from the session's settings now: another handle may
+ * have changed the keys this batch does not set. */
 int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 {
-	int rc = 0;
-	if (!b->poisoned && b->len)
-		rc = run_lines(s, b->text, b->len, true);
-	b->len = 0;
-	b->poisoned = false;
+	char err[ATLAS_ERRLEN] = "";
+	int rc = b->failed;
+	if (!rc && b->len) {
+		struct fs_ctl_parse st;
+		rc = parse_begin(s, &st, err, sizeof err);
+		if (!rc)
+			rc = parse_lines(&st, b->text, b->len, err, sizeof err);
+		if (!rc)
+			rc = parse_end(s, &st, true, err, sizeof err);
+		if (rc)
+			rc = batch_error(s, rc, err);
+	}
+	b->len = b->checked = 0;
+	b->failed = 0;
+	free(b->parsed);
+	b->parsed = NULL;
 	return rc;
 }
 
 void fs_ctl_batch_free(struct fs_ctl_batch *b)
 {
 	free(b->text);
+	free(b->parsed);
 	b->text = NULL;
-	b->len = 0;
+	b->parsed = NULL;
+	b->len = b->checked = 0;
 }

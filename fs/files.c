@@ -203,18 +203,22 @@ static bool session_busy(struct fs_session *s)
 	return busy;
 }
 
+/* A write that fails (busy, too long, out of memory) fails the prompt: later
+ * writes fail with its error and the commit drops what was written, so that
+ * no part of a prompt is ever taken for the whole. */
 static int in_append(struct fs_file *f, const char *buf, size_t size)
 {
 	/* The commit at close refuses a prompt while a turn runs, but shells do
 	 * not report errors of close (`echo p > in` would lose the prompt without
 	 * a word): the first write of a prompt says EBUSY already. */
-	if (f->len == 0 && session_busy(f->sess))
-		return -EBUSY;
+	const bool busy = f->len == 0 && !f->in_failed && session_busy(f->sess);
 	pthread_mutex_lock(&f->lock);
-	int rc = 0;
-	if (size > FS_IN_MAX - f->len) {
+	int rc = f->in_failed;
+	if (!rc && busy) {
+		rc = -EBUSY;
+	} else if (!rc && size > FS_IN_MAX - f->len) {
 		rc = -EFBIG;
-	} else if (f->len + size > f->cap) {
+	} else if (!rc && f->len + size > f->cap) {
 		size_t cap = ATLAS_MAX(f->cap * 2, f->len + size);
 		char *n = realloc(f->buf, cap);
 		if (n) {
@@ -228,6 +232,7 @@ static int in_append(struct fs_file *f, const char *buf, size_t size)
 		memcpy(f->buf + f->len, buf, size);
 		f->len += size;
 	}
+	f->in_failed = rc;
 	pthread_mutex_unlock(&f->lock);
 	return rc;
 }
@@ -239,7 +244,12 @@ static int in_commit(struct fs_file *f)
 	char err[ATLAS_ERRLEN] = "";
 	int rc = 0;
 	pthread_mutex_lock(&f->lock);
-	if (f->len) {
+	if (f->in_failed) {
+		rc = atlas_errf(err, sizeof err, f->in_failed, "a write of it failed (%s)",
+				strerror(-f->in_failed));
+		f->len = 0;
+		f->in_failed = 0;
+	} else if (f->len) {
 		pthread_mutex_lock(&s->lock);
 		if (s->es)
 			rc = atlas_session_submit(s->es, f->buf, f->len, err, sizeof err);

@@ -104,13 +104,20 @@ struct fs_session {
 
 enum fs_kind { FK_TEXT, FK_IN, FK_OUT, FK_CTL };
 
+struct fs_ctl_parse;
+
 /* The lines written to a session's ctl through one handle since its last
  * flush (ctl.c). */
 struct fs_ctl_batch {
 	char *text;                      /* [len] the lines as written; owned */
 	size_t len;
-	bool poisoned;                   /* a write since the last flush failed, so that
-					  * flush applies nothing */
+	size_t checked;                  /* text[0, checked): complete lines already checked,
+					  * into `parsed` */
+	struct fs_ctl_parse *parsed;     /* what those lines set so far, from the settings of
+					  * the batch's first write; owned, NULL before */
+	int failed;                      /* 0, or the negative errno of a write since the last
+					  * flush that failed: later writes and the flush fail
+					  * with it and nothing is applied */
 };
 
 /* What fuse_file_info.fh points to. */
@@ -124,6 +131,9 @@ struct fs_file {
 	char *buf;                       /* FK_TEXT, FK_CTL: the snapshot read from; FK_IN:
 					  * bytes written since the last commit; owned */
 	size_t len, cap;
+	int in_failed;                   /* FK_IN: 0, or the negative errno of a write since
+					  * the last commit that failed: the commit drops the
+					  * prompt and fails with it */
 	struct fs_ctl_batch ctl;         /* FK_CTL: lines written since the last flush */
 	struct fs_out out;               /* FK_OUT */
 };
@@ -219,10 +229,11 @@ void fs_file_free(struct fs_file *f);
  * batch (the handle's lock). */
 /* The settings as `key value` lines (malloc'd, owned by the caller). */
 int fs_ctl_text(struct fs_session *s, char **text, size_t *len);
-/* Add a write to the batch and check its complete lines: 0, -EINVAL for a
- * bad line (the batch is then poisoned), -EFBIG, -ENOMEM, -ENOENT. */
+/* Add a write to the batch and check its new complete lines: 0, -EINVAL for
+ * a bad line, -EFBIG, -ENOMEM, -ENOENT (the batch has then failed). */
 int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, size_t size);
-/* Apply the batch (settings, then cancel/reset in order) and empty it. */
+/* Apply the batch (settings, then cancel/reset in order) and empty it; a
+ * failed batch applies nothing and returns its write's error. */
 int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b);
 void fs_ctl_batch_free(struct fs_ctl_batch *b);
 

@@ -68,7 +68,8 @@ static void test_ctl(void **state)
 	assert_value(path, "temperature", "0.25");
 	assert_value(path, "top_k", "7");
 	/* Shells write a redirection line by line: the lines of one handle apply
-	 * together at close, and a bad one fails its write and poisons the rest. */
+	 * together at close, and a bad one fails its write, the later ones and
+	 * the close. */
 	int wfd = open(path, O_WRONLY);
 	assert_true(wfd >= 0);
 	assert_int_equal(write(wfd, "top_k 11\n", 9), 9);
@@ -77,16 +78,47 @@ static void test_ctl(void **state)
 	assert_int_equal(write(wfd, "temperature hot\n", 16), -1);
 	assert_int_equal(errno, EINVAL);
 	assert_int_equal(write(wfd, "top_p 0.5\n", 10), -1);
-	assert_int_equal(close(wfd), 0);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(close(wfd), -1);
+	assert_int_equal(errno, EINVAL);
 	assert_value(path, "top_k", "7");
 	assert_value(path, "top_p", "0.9");
 	wfd = open(path, O_WRONLY);
 	assert_int_equal(write(wfd, "top_k 11\n", 9), 9);
-	assert_int_equal(write(wfd, "top_p 0.5", 9), 9);   /* the last line may lack its newline */
+	assert_int_equal(write(wfd, "top_p 0.", 8), 8);      /* a line across writes */
+	assert_int_equal(write(wfd, "5\nstop a\nstop", 13), 13);
+	ctl("s1", "top_k 12\nseed 5\n");                   /* another handle, meanwhile */
+	assert_int_equal(write(wfd, " b\nstop c", 9), 9);    /* the last line may lack its newline */
 	assert_int_equal(close(wfd), 0);
 	assert_value(path, "top_k", "11");
 	assert_value(path, "top_p", "0.5");
-	ctl("s1", "top_k 7\ntop_p 0.9\n");
+	assert_value(path, "seed", "5");                      /* a key this batch did not set */
+	char *stops;
+	size_t n_stops;
+	assert_int_equal(get_file(path, &stops, &n_stops), 0);
+	assert_non_null(strstr(stops, "stop a\nstop b\nstop c\n"));
+	free(stops);
+	/* A batch over the size limit fails its write, the later ones and the
+	 * close, and applies nothing. */
+	const size_t big = 17u << 20;
+	char *lines = malloc(big);
+	assert_non_null(lines);
+	for (size_t i = 0; i + 8 <= big; i += 8)
+		memcpy(lines + i, "top_k 9\n", 8);
+	wfd = open(path, O_WRONLY);
+	size_t done = 0;
+	ssize_t w = 0;
+	while (done < big && (w = write(wfd, lines + done, ATLAS_MIN(big - done, 1u << 20))) > 0)
+		done += (size_t)w;
+	assert_int_equal(w, -1);
+	assert_int_equal(errno, EFBIG);
+	assert_int_equal(write(wfd, "top_k 9\n", 8), -1);
+	assert_int_equal(errno, EFBIG);
+	assert_int_equal(close(wfd), -1);
+	assert_int_equal(errno, EFBIG);
+	free(lines);
+	assert_value(path, "top_k", "11");
+	ctl("s1", "top_k 7\ntop_p 0.9\nstop\n");
 	/* Settings apply to the next turn: a token is a byte with the scripted model. */
 	ctl("s1", "max_tokens 3\n");
 	submit("s1", "abcdef");
@@ -106,6 +138,37 @@ static void test_ctl(void **state)
 	assert_null(strstr(text, "seed 42"));
 	free(text);
 	assert_value(path, "seed", "42");
+}
+
+/* A prompt over the size limit fails its write, the later ones and the
+ * close, and no part of it becomes a turn. */
+static void test_in_too_long(void **state)
+{
+	const size_t big = 17u << 20;
+	char *prompt = malloc(big);
+	assert_non_null(prompt);
+	memset(prompt, 'x', big);
+	assert_value(mpath(&D, "s2/status"), "turns", "0");
+	int fd = open(mpath(&D, "s2/in"), O_WRONLY);
+	assert_true(fd >= 0);
+	size_t done = 0;
+	ssize_t w = 0;
+	while (done < big && (w = write(fd, prompt + done, ATLAS_MIN(big - done, 1u << 20))) > 0)
+		done += (size_t)w;
+	assert_int_equal(w, -1);
+	assert_int_equal(errno, EFBIG);
+	assert_true(done <= 16u << 20);
+	assert_int_equal(write(fd, "x", 1), -1);
+	assert_int_equal(errno, EFBIG);
+	assert_int_equal(close(fd), -1);
+	assert_int_equal(errno, EFBIG);
+	free(prompt);
+	assert_value(mpath(&D, "s2/status"), "turns", "0");
+	/* The session takes the next prompt. */
+	submit("s2", "ok");
+	char *out = answer("s2", NULL);
+	assert_string_equal(out, "ko");
+	free(out);
 }
 
 static void test_mkdir_rmdir(void **state)
@@ -248,6 +311,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tree),
 		cmocka_unit_test(test_ctl),
+		cmocka_unit_test(test_in_too_long),
 		cmocka_unit_test(test_mkdir_rmdir),
 		cmocka_unit_test(test_access_errors),
 		cmocka_unit_test(test_metrics),
