@@ -54,6 +54,19 @@ static void test_tree(void **state)
 	free(readme);
 }
 
+/* Write buf[0, n) to fd in pieces of 1 MiB until a write fails, which must
+ * be with EFBIG; the bytes written before it. */
+static size_t write_until_efbig(int fd, const char *buf, size_t n)
+{
+	size_t done = 0;
+	ssize_t w = 0;
+	while (done < n && (w = write(fd, buf + done, ATLAS_MIN(n - done, 1u << 20))) > 0)
+		done += (size_t)w;
+	assert_int_equal(w, -1);
+	assert_int_equal(errno, EFBIG);
+	return done;
+}
+
 static void test_ctl(void **state)
 {
 	const char *path = mpath(&D, "s1/ctl");
@@ -106,12 +119,7 @@ static void test_ctl(void **state)
 	for (size_t i = 0; i + 8 <= big; i += 8)
 		memcpy(lines + i, "top_k 9\n", 8);
 	wfd = open(path, O_WRONLY);
-	size_t done = 0;
-	ssize_t w = 0;
-	while (done < big && (w = write(wfd, lines + done, ATLAS_MIN(big - done, 1u << 20))) > 0)
-		done += (size_t)w;
-	assert_int_equal(w, -1);
-	assert_int_equal(errno, EFBIG);
+	assert_true(write_until_efbig(wfd, lines, big) <= 16u << 20);
 	assert_int_equal(write(wfd, "top_k 9\n", 8), -1);
 	assert_int_equal(errno, EFBIG);
 	assert_int_equal(close(wfd), -1);
@@ -151,13 +159,7 @@ static void test_in_too_long(void **state)
 	assert_value(mpath(&D, "s2/status"), "turns", "0");
 	int fd = open(mpath(&D, "s2/in"), O_WRONLY);
 	assert_true(fd >= 0);
-	size_t done = 0;
-	ssize_t w = 0;
-	while (done < big && (w = write(fd, prompt + done, ATLAS_MIN(big - done, 1u << 20))) > 0)
-		done += (size_t)w;
-	assert_int_equal(w, -1);
-	assert_int_equal(errno, EFBIG);
-	assert_true(done <= 16u << 20);
+	assert_true(write_until_efbig(fd, prompt, big) <= 16u << 20);
 	assert_int_equal(write(fd, "x", 1), -1);
 	assert_int_equal(errno, EFBIG);
 	assert_int_equal(close(fd), -1);
