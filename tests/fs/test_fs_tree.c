@@ -54,9 +54,9 @@ static void test_tree(void **state)
 	free(readme);
 }
 
-/* Write buf[0, n) to fd in pieces of 1 MiB until a write fails, which must
- * be with EFBIG; the bytes written before it. */
-static size_t write_until_efbig(int fd, const char *buf, size_t n)
+/* Write buf[0, n) to fd in pieces of 1 MiB: a write fails with EFBIG
+ * before 16 MiB are in, and so do a later write and the close. */
+static void write_too_much(int fd, const char *buf, size_t n)
 {
 	size_t done = 0;
 	ssize_t w = 0;
@@ -64,7 +64,11 @@ static size_t write_until_efbig(int fd, const char *buf, size_t n)
 		done += (size_t)w;
 	assert_int_equal(w, -1);
 	assert_int_equal(errno, EFBIG);
-	return done;
+	assert_true(done <= 16u << 20);
+	assert_int_equal(write(fd, "\n", 1), -1);
+	assert_int_equal(errno, EFBIG);
+	assert_int_equal(close(fd), -1);
+	assert_int_equal(errno, EFBIG);
 }
 
 static void test_ctl(void **state)
@@ -119,11 +123,7 @@ static void test_ctl(void **state)
 	for (size_t i = 0; i + 8 <= big; i += 8)
 		memcpy(lines + i, "top_k 9\n", 8);
 	wfd = open(path, O_WRONLY);
-	assert_true(write_until_efbig(wfd, lines, big) <= 16u << 20);
-	assert_int_equal(write(wfd, "top_k 9\n", 8), -1);
-	assert_int_equal(errno, EFBIG);
-	assert_int_equal(close(wfd), -1);
-	assert_int_equal(errno, EFBIG);
+	write_too_much(wfd, lines, big);
 	free(lines);
 	assert_value(path, "top_k", "11");
 	ctl("s1", "top_k 7\ntop_p 0.9\nstop\n");
@@ -159,11 +159,7 @@ static void test_in_too_long(void **state)
 	assert_value(mpath(&D, "s2/status"), "turns", "0");
 	int fd = open(mpath(&D, "s2/in"), O_WRONLY);
 	assert_true(fd >= 0);
-	assert_true(write_until_efbig(fd, prompt, big) <= 16u << 20);
-	assert_int_equal(write(fd, "x", 1), -1);
-	assert_int_equal(errno, EFBIG);
-	assert_int_equal(close(fd), -1);
-	assert_int_equal(errno, EFBIG);
+	write_too_much(fd, prompt, big);
 	free(prompt);
 	assert_value(mpath(&D, "s2/status"), "turns", "0");
 	/* The session takes the next prompt. */
