@@ -178,6 +178,36 @@ struct kt_config {
 	int max_head_dim;     /* largest head_dim of the model */
 };
 
+/* How a rank of expert parallelism reaches the others (comm_open): the
+ * engine's bootstrap (engine/ep/) connects them and hands over what the
+ * communicator needs. */
+#define KT_COMM_MAX_RANKS 16
+#define KT_COMM_ID_BYTES 128
+
+enum kt_comm_kind {
+	KT_COMM_SOCKET,  /* stream sockets, rank 0 in the middle (cpu) */
+	KT_COMM_NCCL,    /* NCCL on the backend's stream (cuda) */
+};
+
+struct kt_comm_spec {
+	enum kt_comm_kind kind;
+	int rank, n_ranks;            /* 0 is the head; n_ranks <= KT_COMM_MAX_RANKS */
+	int fds[KT_COMM_MAX_RANKS];   /* socket: connected stream sockets, which the
+				       * communicator then owns: rank 0 holds fds[r] to
+				       * each rank r > 0, rank r > 0 holds fds[0] */
+	unsigned char id[KT_COMM_ID_BYTES]; /* nccl: rank 0's ncclUniqueId, on every rank */
+	int timeout_ms;               /* socket: a peer silent this long fails a collective */
+};
+
+/* What the collectives have cost so far (kt_backend.comm). */
+struct kt_comm_stats {
+	int rank, n_ranks;            /* 0, 0 before comm_open */
+	uint64_t calls;               /* allreduce calls */
+	uint64_t bytes;               /* bytes of x reduced, summed over calls */
+	uint64_t ns;                  /* time inside them (cuda: host time to enqueue) */
+	int broken;                   /* 0, or the errno that broke the communicator */
+};
+
 struct kt_backend;
 
 struct kt_ops {
@@ -288,6 +318,57 @@ struct kt_ops {
 	/* out[i, :] = x[idx[i], :]   out [n, D], x [T, D] f32, idx [n, 1] i32 */
 	int (*gather_rows)(struct kt_backend *be, const struct kt_tensor *out,
 			   const struct kt_tensor *x, const struct kt_tensor *idx);
+	/* Mixture-of-experts routing (DESIGN §11): per token t of logits
+	 * [T, E] f32 (the router's), the k experts of the highest logits in
+	 * descending order (equal logits: the lower expert id first) into ids
+	 * [T, k] i32, and their softmax probabilities over all E experts into
+	 * w [T, k] f32, divided by their sum over the k when norm. Then the
+	 * plan of the T*k assignments a = t*k + j sorted by expert, stable in a:
+	 * order [T*k, 1] i32 is the assignment at each sorted position, slot
+	 * [T*k, 1] i32 the sorted position of each assignment (order's
+	 * inverse), offsets [E + 1, 1] i32 where expert e's sorted positions
+	 * start (offsets[E] = T*k). Everything stays on the device: safe in a
+	 * graph. */
+	int (*moe_route)(struct kt_backend *be, const struct kt_tensor *ids,
+			 const struct kt_tensor *w, const struct kt_tensor *order,
+			 const struct kt_tensor *slot, const struct kt_tensor *offsets,
+			 const struct kt_tensor *logits, bool norm);
+	/* The experts' product over a routing plan, one expert's rows at a
+	 * time: for each sorted position i of expert e (offsets[e] <= i <
+	 * offsets[e + 1]), y[i] = x[src(i)] · w_eᵀ with src(i) = order[i] / k
+	 * when k > 0 (x [T, K] token rows) and src(i) = i when k == 0 (x
+	 * [T*k, K] rows already in sorted order, a previous moe_matmul's).
+	 * w [n_local * N, K] holds experts e0 .. e0 + n_local - 1 back to back
+	 * (expert e's weight is rows (e - e0) * N ..); rows of experts outside
+	 * that range are written 0, exactly, so that a sum over ranks that
+	 * hold the other experts completes y. y [T*k, N] f32, order [T*k, 1],
+	 * offsets [E + 1, 1] i32 from moe_route. Reads offsets on the device:
+	 * safe in a graph. */
+	int (*moe_matmul)(struct kt_backend *be, const struct kt_tensor *y,
+			  const struct kt_tensor *x, const struct kt_tensor *w,
+			  const struct kt_tensor *order, const struct kt_tensor *offsets, int k,
+			  int e0);
+	/* out[t] = sum over j = 0, 1, .. k-1 in that order of w[t, j] ·
+	 * y[slot[t*k + j]], accumulated in f32 from zero: the experts' outputs
+	 * of each token weighted and added in a fixed order whatever the
+	 * batch or the ranks. out [T, N], y [T*k, N], w [T, k] f32, slot
+	 * [T*k, 1] i32. */
+	int (*moe_combine)(struct kt_backend *be, const struct kt_tensor *out,
+			   const struct kt_tensor *y, const struct kt_tensor *w,
+			   const struct kt_tensor *slot);
+	/* Join the ranks of expert parallelism (DESIGN §10) as spec says;
+	 * called once, before any collective. -ENOTSUP: this backend has no
+	 * communicator of that kind (cuda: NCCL only). */
+	int (*comm_open)(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
+			 size_t errlen);
+	/* x = the sum of every rank's x, in place, on every rank, ordered like
+	 * an op. A row that one rank holds and the others hold as exact zeros
+	 * comes out exactly that rank's (how moe_matmul's shards meet), so the
+	 * result does not depend on the number of ranks. -EPIPE or -ETIMEDOUT
+	 * when a peer is gone or silent past spec.timeout_ms: the communicator
+	 * is broken from then on and every later collective fails at once.
+	 * x [R, C] f32. */
+	int (*allreduce)(struct kt_backend *be, const struct kt_tensor *x);
 	/* Sample one id per row of logits [n, V] f32 into ids (host memory, n entries).
 	 * Order: temperature scaling, top-k, top-p over the softmax, then inverse-CDF
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
@@ -335,6 +416,7 @@ struct kt_ops {
 struct kt_backend {
 	const struct kt_ops *ops;
 	struct kt_device_info info;
+	struct kt_comm_stats comm;  /* the backend's thread writes, anyone may read */
 	uint64_t graphs_recorded;  /* graphs kt_graph has recorded so far (the backend's
 				    * thread counts, anyone may read) */
 };
@@ -413,6 +495,25 @@ static inline int kt_add(struct kt_backend *be, const struct kt_tensor *y,
 static inline int kt_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
 				 const struct kt_tensor *x, const struct kt_tensor *idx)
 { return KT_OP(gather_rows, out, x, idx); }
+static inline int kt_moe_route(struct kt_backend *be, const struct kt_tensor *ids,
+			       const struct kt_tensor *w, const struct kt_tensor *order,
+			       const struct kt_tensor *slot, const struct kt_tensor *offsets,
+			       const struct kt_tensor *logits, bool norm)
+{ return KT_OP(moe_route, ids, w, order, slot, offsets, logits, norm); }
+static inline int kt_moe_matmul(struct kt_backend *be, const struct kt_tensor *y,
+				const struct kt_tensor *x, const struct kt_tensor *w,
+				const struct kt_tensor *order, const struct kt_tensor *offsets,
+				int k, int e0)
+{ return KT_OP(moe_matmul, y, x, w, order, offsets, k, e0); }
+static inline int kt_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
+				 const struct kt_tensor *y, const struct kt_tensor *w,
+				 const struct kt_tensor *slot)
+{ return KT_OP(moe_combine, out, y, w, slot); }
+static inline int kt_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec,
+			       char *err, size_t errlen)
+{ return KT_OP(comm_open, spec, err, errlen); }
+static inline int kt_allreduce(struct kt_backend *be, const struct kt_tensor *x)
+{ return KT_OP(allreduce, x); }
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }
