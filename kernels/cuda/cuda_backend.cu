@@ -87,6 +87,11 @@ static const struct kt_ops cuda_ops = {
 	cuda_swiglu,
 	cuda_add,
 	cuda_gather_rows,
+	NULL, /* moe_route */
+	NULL, /* moe_matmul */
+	NULL, /* moe_combine */
+	NULL, /* comm_open */
+	NULL, /* allreduce */
 	cuda_sample,
 	cuda_graph,
 	cuda_copy,
