@@ -52,6 +52,7 @@ struct setting {
 
 struct options {
 	char *config_file;
+	char *worker;                   /* --worker RANK: an expert-parallelism worker */
 	struct setting *settings;       /* -o key=value for the config, in order */
 	size_t n_settings;
 	bool failed;                    /* out of memory while collecting */
@@ -61,6 +62,8 @@ struct options {
 static const struct fuse_opt atlas_opts[] = {
 	OPT("--config=%s", config_file),
 	OPT("--config %s", config_file),
+	OPT("--worker=%s", worker),
+	OPT("--worker %s", worker),
 	FUSE_OPT_END
 };
 
@@ -104,11 +107,13 @@ static void options_free(struct options *o)
 	}
 	free(o->settings);
 	free(o->config_file);
+	free(o->worker);
 }
 
 static void usage(const char *prog)
 {
-	printf("usage: %s [options] MOUNTPOINT\n\n"
+	printf("usage: %s [options] MOUNTPOINT\n"
+	       "       %s [options] --worker RANK\n\n"
 	       "Load a model and serve it as a filesystem on MOUNTPOINT: s1/in takes a prompt,\n"
 	       "s1/out streams the answer, ctl/ shows the engine (see README in the mount).\n"
 	       "Without -f, atlasd goes to the background once the model is loaded and mounted.\n\n"
@@ -118,12 +123,16 @@ static void usage(const char *prog)
 	       "    -o KEY=VALUE[,...]     set a configuration key, over the file; a bare KEY\n"
 	       "                           sets a boolean key to true (-o allow_other)\n"
 	       "    -o OPTION              a FUSE option (fsname=, auto_unmount, max_threads=, ...)\n"
+	       "    --worker RANK          be rank RANK (1 .. ep-1) of an expert-parallel group:\n"
+	       "                           join the head at ep_address and run its steps; no\n"
+	       "                           mount, stays in the foreground, ends when the head\n"
+	       "                           refuses it or stays away for ep_join_timeout\n"
 	       "    -f                     stay in the foreground (logs go to stderr)\n"
 	       "    -d                     log every FUSE request, log_level debug (implies -f)\n"
 	       "    -s                     serve from one thread\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          versions of atlasd and FUSE\n\n"
-	       "Configuration keys and their defaults:\n", prog);
+	       "Configuration keys and their defaults:\n", prog, prog);
 	struct atlas_config *c = malloc(sizeof *c);
 	char *text = NULL;
 	if (c) {
@@ -298,6 +307,25 @@ out:
 	return status;
 }
 
+/* atlasd --worker RANK: one rank of expert parallelism, in the foreground. */
+static int run_worker(struct atlas_config *cfg, const struct options *o, bool debug)
+{
+	char err[ATLAS_ERRLEN], *end;
+	const long rank = strtol(o->worker, &end, 10);
+	if (!*o->worker || *end || rank < 1 || rank >= ATLAS_EP_MAX) {
+		fprintf(stderr, "atlasd: --worker %s: not a rank (1 .. ep-1)\n", o->worker);
+		return 1;
+	}
+	if (build_config(cfg, o, debug))
+		return 1;
+	if (atlas_ep_worker_run(cfg, (int)rank, err, sizeof err)) {
+		log_error("%s", err);
+		fprintf(stderr, "atlasd: %s\n", err);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -326,6 +354,11 @@ int main(int argc, char **argv)
 	struct atlas_config *cfg = malloc(sizeof *cfg);
 	if (!cfg) {
 		fprintf(stderr, "atlasd: out of memory\n");
+		goto out;
+	}
+	if (o.worker) {
+		status = run_worker(cfg, &o, cmd.debug);
+		free(cfg);
 		goto out;
 	}
 	if (build_config(cfg, &o, cmd.debug) == 0) {

@@ -213,6 +213,25 @@ const struct atlas_key atlas_keys[] = {
 	     "drafting at the moment give theirs back and do not draft with the head again "
 	     "until their context is reset."),
 
+	INT("ep", ep, 1, ATLAS_EP_MAX, "1",
+	    "Expert parallelism: the number of ranks that share a mixture-of-experts model's "
+	    "experts. 1: none. Above 1, atlasd is the head (rank 0) and waits at startup for "
+	    "ranks 1 .. ep-1, each an `atlasd --worker RANK` process with the same "
+	    "configuration, on this host or another, one per GPU; attention and the dense "
+	    "layers run on every rank, each expert on one. Needs kv_host_memory, kv_disk_memory "
+	    "and kv_persist off and no draft model (a worker keeps only the device KV of the "
+	    "command stream it runs)."),
+	STRING("ep", ep_address, "127.0.0.1:7460",
+	       "host:port where the head listens for its workers and where workers connect "
+	       "(a numeric IPv4 or IPv6 address or a host name). Anyone who can reach it can "
+	       "join as a worker: keep it on loopback or a private network."),
+	DOUBLE("ep", ep_timeout, 0.1, 3600, "10",
+	       "Seconds a rank may stay silent in a collective or a command before it counts as "
+	       "gone: the running turns then fail with an error that names it, ctl/ep shows it, "
+	       "and new turns wait for it to rejoin."),
+	DOUBLE("ep", ep_join_timeout, 1, 86400, "120",
+	       "Seconds the head waits at startup for every worker to join before it gives up."),
+
 	STRING("fs", mountpoint, "",
 	       "Directory where atlasd mounts the filesystem. A mountpoint given on atlasd's "
 	       "command line takes precedence."),
@@ -668,6 +687,11 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 	if (c->spec == ATLAS_SPEC_MTP && !c->mtp_head)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'spec': mtp needs the model's MTP head (key mtp_head)");
+	if (c->ep > 1 && (c->kv_host_memory || c->kv_disk_memory || c->kv_persist ||
+			  c->draft_model[0]))
+		return atlas_errf(err, errlen, -EINVAL,
+				  "key 'ep': expert parallelism needs kv_host_memory 0, "
+				  "kv_disk_memory 0, kv_persist false and no draft_model");
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

@@ -33,6 +33,11 @@ enum atlas_spec { ATLAS_SPEC_OFF, ATLAS_SPEC_AUTO, ATLAS_SPEC_NGRAM, ATLAS_SPEC_
 #define ATLAS_SPEC_K_MAX 8
 #define ATLAS_SPEC_NGRAM_MAX 16
 
+/* Ranks of expert parallelism at most (the communicators' limit), and the
+ * length of the head's address. */
+#define ATLAS_EP_MAX 16
+#define ATLAS_EP_ADDRESS_MAX 256
+
 struct atlas_config {
 	/* [model] */
 	char model[ATLAS_PATH_MAX];     /* Hugging Face model directory, or a shape name (dummy) */
@@ -78,6 +83,12 @@ struct atlas_config {
 	uint64_t draft_kv_memory;       /* bytes of the draft model's KV blocks */
 	bool mtp_head;                  /* load the model's MTP head, when it ships one */
 	uint64_t mtp_kv_memory;         /* bytes of the MTP head's KV blocks */
+
+	/* [ep] */
+	int ep;                         /* ranks of expert parallelism; 1 = none */
+	char ep_address[ATLAS_EP_ADDRESS_MAX]; /* host:port where the head listens */
+	double ep_timeout;              /* seconds a silent rank is waited for */
+	double ep_join_timeout;         /* seconds the head waits for its workers at start */
 
 	/* [fs] */
 	char mountpoint[ATLAS_PATH_MAX];

@@ -174,13 +174,56 @@ static void measure(struct atlas_engine *e, const struct step_result *res, doubl
 	spec_measure(e, e->cmd.n_rows, segs, seconds);
 }
 
+/* Expert parallelism lost a rank (ep.h): every turn ends with an error
+ * that says why, and every sequence drops its KV, which the workers no
+ * longer hold; the next epoch starts from empty caches and each session's
+ * next turn recomputes its context. */
+static void ep_fail_all(struct atlas_engine *e, int rc, const char *why)
+{
+	for (struct sched_req *r = e->sched.reqs; r; r = r->next) {
+		if (r->forgotten)
+			continue;
+		if (r->keep_all) {
+			if (r->phase != REQ_IDLE)
+				logits_job_fail(e, r, rc, why);
+			continue;
+		}
+		struct atlas_session *s = session_of(r);
+		if (r->phase != REQ_IDLE && !s->closed)
+			session_end_turn(s, rc, "error", why);
+		sched_drop(&e->sched, r);
+	}
+}
+
+/* Whether steps may run: the group of ranks is up, or starts its next
+ * epoch now that every worker is back. While it is down, turns fail at
+ * once with the reason. */
+static bool ep_ready(struct atlas_engine *e)
+{
+	char why[ATLAS_ERRLEN];
+	if (ep_head_up(e->ep, NULL, 0))
+		return true;
+	int rc = ep_head_resume(e->ep, why, sizeof why);
+	if (!rc) {
+		log_info("ep: every rank is back; turns run again");
+		return true;
+	}
+	char msg[ATLAS_ERRLEN];
+	ep_head_up(e->ep, why, sizeof why);
+	snprintf(msg, sizeof msg, "ep: %.500s", why);
+	ep_fail_all(e, -EHOSTDOWN, msg);
+	return false;
+}
+
 static void run_step(struct atlas_engine *e)
 {
 	char err[ATLAS_ERRLEN];
 	struct step_result res;
 	uint64_t t0 = atlas_now_ns();
 	pthread_mutex_unlock(&e->lock);
-	int rc = exec_run(e->x, &e->cmd, &res, err, sizeof err);
+	int rc = e->ep ? ep_head_step(e->ep, &e->cmd, err, sizeof err) : 0;
+	if (!rc)
+		rc = exec_run(e->x, &e->cmd, &res, err, sizeof err);
 	const uint64_t t1 = atlas_now_ns();
 	if (!rc && e->step_fn)
 		e->step_fn(e->step_ctx, &e->cmd, &res);
@@ -196,6 +239,11 @@ static void run_step(struct atlas_engine *e)
 	}
 	/* The step's KV is in an unknown state: its sequences fail and drop it. */
 	log_error("engine step failed: %s", err);
+	if (e->ep) {
+		ep_head_lost(e->ep, rc, err);
+		ep_fail_all(e, rc, err);
+		return;
+	}
 	for (int i = 0; i < e->cmd.n_seqs; i++) {
 		struct sched_req *r = e->sched.reqs_of[i];
 		if (r->keep_all) {
@@ -250,6 +298,10 @@ static void *engine_main(void *arg)
 				pthread_cond_wait(&e->wake, &e->lock);
 			continue;
 		}
+		if (e->ep && !ep_ready(e)) {
+			engine_wait_for_moves(e);
+			continue;
+		}
 		logits_job_start(e);
 		spec_plan(e);
 		if (sched_plan(&e->sched, &e->cmd) > 0 || e->sched.n_events) {
@@ -275,6 +327,7 @@ static void engine_free(struct atlas_engine *e)
 	spec_close(e);
 	sched_free(&e->sched);
 	step_cmd_free(&e->cmd);
+	ep_head_close(e->ep);
 	exec_close(e->x);
 	tok_free(e->tok);
 	pthread_mutex_destroy(&e->lock);
@@ -324,8 +377,13 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	/* A draft model's memory first: an automatic kv_memory sees it. */
 	if ((rc = spec_open(e, &lim, err, errlen)))
 		return rc;
-	if ((rc = exec_open(c, EXEC_MODEL, engine_seq_slots(c), &lim, &e->x, err, errlen)))
+	if (c->ep > 1 && (rc = ep_head_open(c, &e->ep, err, errlen)))
 		return rc;
+	if ((rc = exec_open_joined(c, EXEC_MODEL, engine_seq_slots(c), &lim,
+				   e->ep ? ep_head_join : NULL, e->ep, &e->x, err, errlen)))
+		return rc;
+	if (e->ep && (rc = ep_head_attach(e->ep, &e->x->pool, &e->x->lim)))
+		return atlas_errf(err, errlen, rc, "ep: out of memory");
 	e->mc = e->x->mc;
 	e->vocab = e->x->geo.vocab;
 	e->context = e->x->geo.context;

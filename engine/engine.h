@@ -229,10 +229,28 @@ struct atlas_spec_stats {
 							    * k = 1..8 (0: not measured) */
 };
 
+/* Expert parallelism (ctl/ep): the group, and each rank (DESIGN §10). */
+#define ATLAS_EP_RANKS 16
+
+struct atlas_ep_rank {
+	char state[8];                    /* "head", "up", "ready" (joined, waiting for the
+					   * next epoch), "absent", "gone" */
+	char host[64], device[128];
+	int expert_first, expert_last;    /* the experts it holds */
+	char why[160];                    /* "gone": what happened */
+};
+
 struct atlas_ep_stats {
-	int ranks, hosts, experts_per_rank;
-	uint64_t collectives_total;
+	int ranks, hosts, experts_per_rank;  /* experts_per_rank: the most any rank holds */
+	bool up;                          /* every rank is in the running epoch */
+	unsigned epoch;
+	char why[256];                    /* !up: why */
+	char address[256];                /* where the head listens, "" with ep = 1 */
+	uint64_t collectives_total, collective_bytes_total;
 	double collective_seconds_total;
+	uint64_t commands_total, command_bytes_total; /* step commands sent to the workers */
+	uint64_t epochs_lost_total;
+	struct atlas_ep_rank rank[ATLAS_EP_RANKS];
 };
 
 struct atlas_engine_stats {
@@ -269,6 +287,15 @@ int atlas_engine_persist(struct atlas_engine *e, char *err, size_t errlen);
 /* Names of the sessions this start brought back that no atlas_session_open
  * has taken yet (at most max into names); returns how many there are. */
 int atlas_engine_kept(struct atlas_engine *e, char (*names)[64], int max);
+
+/* ---- expert parallelism ---- */
+
+/* Be rank `rank` (1 .. ep-1) of the group whose head listens at
+ * cfg->ep_address (DESIGN §10): load the shared layers and this rank's
+ * experts and run the head's step commands, joining again whenever an
+ * epoch ends. Returns only on an error: the head refused this worker (a
+ * mismatch, err says which), or no head was reachable for ep_join_timeout. */
+int atlas_ep_worker_run(const struct atlas_config *cfg, int rank, char *err, size_t errlen);
 
 /* ---- tools: tokenizer and raw logits (the CLI, tests) ---- */
 

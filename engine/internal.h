@@ -24,6 +24,7 @@
 #include "engine/sched/sched.h"
 #include "engine/spec/drafter.h"
 #include "engine/spec/gate.h"
+#include "engine/ep/ep.h"
 #include "engine/step/exec.h"
 #include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -149,6 +150,7 @@ struct persist_manifest;
 struct atlas_engine {
 	struct atlas_config cfg;
 	struct exec *x;                 /* the device side; (engine thread) */
+	struct ep_head *ep;             /* ep > 1: the group of ranks this engine heads */
 	const struct model_config *mc;
 	struct atlas_tokenizer *tok;    /* NULL: the model works through ids */
 	int vocab;                      /* logits columns */

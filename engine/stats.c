@@ -100,6 +100,13 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->context = e->context;
 	o->ep.ranks = 1;
 	o->ep.hosts = 1;
+	o->ep.up = true;
+	o->ep.experts_per_rank = mc->n_experts;
+	if (e->ep)
+		ep_head_stats(e->ep, mc->n_experts, &o->ep);
+	o->ep.collectives_total = e->x->be->comm.calls;
+	o->ep.collective_bytes_total = e->x->be->comm.bytes;
+	o->ep.collective_seconds_total = (double)e->x->be->comm.ns * 1e-9;
 
 	pthread_mutex_lock(&e->lock);
 	o->sessions = e->n_sessions;

@@ -264,6 +264,14 @@ static void ep_metrics(FILE *f, const struct atlas_ep_stats *ep)
 	counter_u64(f, "ep_collectives_total", "Collective operations run.", ep->collectives_total);
 	counter_dbl(f, "ep_collective_seconds_total", "Time spent in collective operations.",
 		    ep->collective_seconds_total);
+	counter_u64(f, "ep_collective_bytes_total", "Bytes reduced by collective operations.",
+		    ep->collective_bytes_total);
+	gauge_u64(f, "ep_up", "1 while every expert-parallel rank is in the running epoch.",
+		  ep->up ? 1 : 0);
+	counter_u64(f, "ep_commands_total", "Step commands sent to the workers.",
+		    ep->commands_total);
+	counter_u64(f, "ep_epochs_lost_total", "Times a rank was lost and the group restarted.",
+		    ep->epochs_lost_total);
 }
 
 int fs_render_metrics(const struct atlas_engine_stats *st, char **text, size_t *len)

@@ -116,11 +116,31 @@ static void render_spec(FILE *f, const struct atlas_spec_stats *sp)
 
 static void render_ep(FILE *f, const struct atlas_ep_stats *ep)
 {
+	char key[64], line[512];
 	kv_u64(f, "ranks", (uint64_t)ep->ranks);
 	kv_u64(f, "hosts", (uint64_t)ep->hosts);
 	kv_u64(f, "experts_per_rank", (uint64_t)ep->experts_per_rank);
+	kv_str(f, "state", ep->up ? "up" : "down");
+	if (!ep->up)
+		kv_str(f, "why", ep->why);
+	if (ep->ranks > 1) {
+		kv_str(f, "address", ep->address);
+		kv_u64(f, "epoch", ep->epoch);
+	}
 	kv_u64(f, "collectives_total", ep->collectives_total);
+	kv_u64(f, "collective_bytes_total", ep->collective_bytes_total);
 	kv_dbl(f, "collective_seconds_total", ep->collective_seconds_total);
+	kv_u64(f, "commands_total", ep->commands_total);
+	kv_u64(f, "command_bytes_total", ep->command_bytes_total);
+	kv_u64(f, "epochs_lost_total", ep->epochs_lost_total);
+	for (int r = 0; r < ep->ranks && ep->ranks > 1 && r < ATLAS_EP_RANKS; r++) {
+		const struct atlas_ep_rank *k = &ep->rank[r];
+		snprintf(key, sizeof key, "rank_%d", r);
+		snprintf(line, sizeof line, "%s host=%s device=\"%s\" experts=%d-%d%s%s%s", k->state,
+			 k->host[0] ? k->host : "-", k->device, k->expert_first, k->expert_last,
+			 k->why[0] ? " why=\"" : "", k->why, k->why[0] ? "\"" : "");
+		kv_str(f, key, line);
+	}
 }
 
 static void render_engine(FILE *f, const struct atlas_engine_stats *st)

@@ -206,6 +206,8 @@ struct kt_comm_stats {
 	uint64_t bytes;               /* bytes of x reduced, summed over calls */
 	uint64_t ns;                  /* time inside them (cuda: host time to enqueue) */
 	int broken;                   /* 0, or the errno that broke the communicator */
+	int broken_rank;              /* rank 0 of a socket communicator: the peer whose
+				       * connection failed (-1: not known) */
 };
 
 struct kt_backend;
@@ -361,6 +363,9 @@ struct kt_ops {
 	 * communicator of that kind (cuda: NCCL only). */
 	int (*comm_open)(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
 			 size_t errlen);
+	/* Rank 0 makes the id that every rank's comm_open spec carries
+	 * (KT_COMM_NCCL's unique id). -ENOTSUP for a backend without one. */
+	int (*comm_id)(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES]);
 	/* x = the sum of every rank's x, in place, on every rank, ordered like
 	 * an op. A row that one rank holds and the others hold as exact zeros
 	 * comes out exactly that rank's (how moe_matmul's shards meet), so the
@@ -409,6 +414,10 @@ struct kt_ops {
 /* Runs of consecutive blocks kv_stage copies with copy engines at most;
  * more fragmented pieces are read by a kernel. */
 #define KT_STAGE_MAX_RUNS 64
+
+/* Experts per token (moe_route's k) at most; more is -EINVAL on every
+ * backend. */
+#define KT_MOE_MAX_K 16
 
 /* Alignment of host_alloc memory: what O_DIRECT file I/O needs. */
 #define KT_HOST_ALIGN 4096
@@ -512,6 +521,8 @@ static inline int kt_moe_combine(struct kt_backend *be, const struct kt_tensor *
 static inline int kt_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec,
 			       char *err, size_t errlen)
 { return KT_OP(comm_open, spec, err, errlen); }
+static inline int kt_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES])
+{ return KT_OP(comm_id, id); }
 static inline int kt_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 { return KT_OP(allreduce, x); }
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,

@@ -95,8 +95,21 @@ void kv_block_unref(struct kv_pool *p, int block)
 		p->free_ids[p->n_free++] = block;
 }
 
+int kv_journal_add(struct kv_journal *j, enum kv_copy_kind kind, int dst, int src)
+{
+	if (!j)
+		return 0;
+	if (j->n == j->cap)
+		return -ENOSPC;
+	j->ops[j->n++] = (struct kv_copy){ .kind = kind, .dst = dst, .src = src };
+	return 0;
+}
+
 int kv_block_copy(struct kv_pool *p, int dst, int src)
 {
+	int rc = kv_journal_add(p->journal, KV_COPY_BLOCK, dst, src);
+	if (rc)
+		return rc;
 	const struct kt_tensor d = kt_rows(p->blocks, (int64_t)dst * p->block_rows, p->block_rows);
 	const struct kt_tensor s = kt_rows(p->blocks, (int64_t)src * p->block_rows, p->block_rows);
 	return kt_copy(p->be, &d, &s);

@@ -45,6 +45,23 @@ struct kv_ref {
 #define KV_HOST_ID(s) (-1 - (int32_t)(s))
 #define KV_HOST_SLOT(id) (-1 - (int32_t)(id))
 
+/* Device copies recorded for repeating elsewhere: expert parallelism's
+ * workers keep the same KV as the head by running its command stream, and
+ * the copies the scheduler makes between steps (copy-on-write of a shared
+ * block, a recurrent state's snapshot) travel with the next command. A pool
+ * with a journal appends each copy it makes; the owner empties it. */
+enum kv_copy_kind { KV_COPY_BLOCK, KV_COPY_STATE };
+
+struct kv_copy {
+	int32_t kind;               /* enum kv_copy_kind */
+	int32_t dst, src;           /* block ids, or state slots */
+};
+
+struct kv_journal {
+	struct kv_copy *ops;        /* [cap] owned by whoever set the journal */
+	int n, cap;
+};
+
 struct kv_pool {
 	struct kt_backend *be;      /* not owned */
 	int n_layers;               /* attention layers: one K and one V cache each */
@@ -59,6 +76,7 @@ struct kv_pool {
 	int32_t *free_ids;          /* [n_blocks]: stack of free block indices */
 	int n_free;
 	uint64_t bytes_per_block;   /* K and V of all layers */
+	struct kv_journal *journal; /* NULL, or where kv_block_copy records its copies */
 };
 
 /* Size the pool from a byte budget (at least one block). A model without
@@ -71,6 +89,9 @@ static inline int kv_blocks_for(const struct kv_pool *p, int n_tokens)
 {
 	return (n_tokens + p->block_size - 1) / p->block_size;
 }
+
+/* Append a copy to j (NULL: nothing to do); -ENOSPC when it is full. */
+int kv_journal_add(struct kv_journal *j, enum kv_copy_kind kind, int dst, int src);
 
 /* A free device block with one reference, or -ENOSPC. */
 int kv_block_alloc(struct kv_pool *p);

@@ -12,6 +12,7 @@
 static const struct model_arch archs[] = {
 	{ "Qwen3ForCausalLM", "qwen3", &dense_family, DENSE_QWEN3 },
 	{ "LlamaForCausalLM", "llama", &dense_family, DENSE_LLAMA },
+	{ "Qwen3MoeForCausalLM", "qwen3_moe", &dense_family, DENSE_QWEN3_MOE },
 	/* answers scripted by rules, for tests without weights (script.h) */
 	{ "AtlasScriptForCausalLM", "atlas_script", &script_family, 0 },
 };

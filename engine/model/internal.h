@@ -82,6 +82,21 @@ int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t
  * decoder's layers, "mtp.layers" for an MTP head's. */
 int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tensor *dst,
 		     const char *suffix, int64_t rows, int64_t cols, char *err, size_t errlen);
+/* One matrix of a stack (model_bind_stack): rows [row0, row0 + rows) of
+ * tensor name, which is a matrix [rows, cols] (slice < 0; row0 0) or holds
+ * the matrix as rows row0.. of slice `slice` of [n_slices, full_rows, cols]. */
+struct model_part {
+	char name[128];
+	int64_t slice;                  /* -1: a matrix of its own */
+	int64_t n_slices, full_rows;    /* a slice's tensor: the shape the config implies */
+	int64_t row0;
+};
+/* Upload n matrices [rows, cols], all of one dtype, back to back into *dst
+ * [n * rows, cols] (the experts of a layer); `what` names it in messages and
+ * for dummy weights, which are made as model_bind makes them. */
+int model_bind_stack(struct model *m, struct kt_tensor *dst, const char *what,
+		     const struct model_part *parts, int n, int64_t rows, int64_t cols, char *err,
+		     size_t errlen);
 /* After the family bound everything: log the tensors nobody took and note
  * the dtype that holds most of the bytes. */
 void model_bind_done(struct model *m);

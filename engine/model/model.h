@@ -62,6 +62,14 @@ struct model_config {
 	int n_eos;
 	int32_t eos_token_ids[MODEL_MAX_EOS];  /* generation_config.json first, else config.json */
 
+	/* Mixture of experts (layers whose mlp is MODEL_MLP_MOE), set by the
+	 * family; 0 experts when the model has none. */
+	int n_experts;                  /* num_experts: E */
+	int n_experts_per_tok;          /* num_experts_per_tok: k, at most KT_MOE_MAX_K */
+	int moe_intermediate_size;      /* each expert's MLP width */
+	bool norm_topk_prob;            /* the k routing weights divided by their sum */
+	int n_moe_layers;
+
 	/* Layer kinds, set by the family. */
 	struct model_layer layers[MODEL_MAX_LAYERS];  /* [n_layers] */
 	int n_attention_layers;         /* layers with a paged KV cache */

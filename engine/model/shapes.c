@@ -28,6 +28,18 @@ struct shape {
 	"\"tie_word_embeddings\": " #tied ", \"torch_dtype\": \"bfloat16\", " \
 	"\"eos_token_id\": [151645, 151643]}"
 
+/* Qwen3-MoE: every layer's MLP is a mixture of experts. */
+#define QWEN3_MOE(e, i, l, h, kv, experts, k, mi) \
+	"{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"vocab_size\": 151936, " \
+	"\"hidden_size\": " #e ", \"intermediate_size\": " #i ", \"num_hidden_layers\": " #l ", " \
+	"\"num_attention_heads\": " #h ", \"num_key_value_heads\": " #kv ", \"head_dim\": 128, " \
+	"\"num_experts\": " #experts ", \"num_experts_per_tok\": " #k ", " \
+	"\"moe_intermediate_size\": " #mi ", \"norm_topk_prob\": true, " \
+	"\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], " \
+	"\"max_position_embeddings\": 40960, \"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000, " \
+	"\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", " \
+	"\"eos_token_id\": [151645, 151643]}"
+
 /* Llama 3.1 and 3.2: llama3 rope scaling, factor 8 (3.1) or 32 (3.2). */
 #define LLAMA3(e, i, l, h, d, tied, factor) \
 	"{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 128256, " \
@@ -45,6 +57,11 @@ static const struct shape shapes[] = {
 	{ "qwen3-4b", QWEN3(151936, 2560, 9728, 36, 32, 8, 128, true) },
 	{ "qwen3-8b", QWEN3(151936, 4096, 12288, 36, 32, 8, 128, false) },
 	{ "qwen3-14b", QWEN3(151936, 5120, 17408, 40, 40, 8, 128, false) },
+	{ "qwen3-30b-a3b", QWEN3_MOE(2048, 6144, 48, 32, 4, 128, 8, 768) },
+	/* Qwen3-235B-A22B's layers (94 of them in the model), 8 and 32 of
+	 * them: one that fits one GPU and one that does not. */
+	{ "qwen3-235b-a22b-8l", QWEN3_MOE(4096, 12288, 8, 64, 4, 128, 8, 1536) },
+	{ "qwen3-235b-a22b-32l", QWEN3_MOE(4096, 12288, 32, 64, 4, 128, 8, 1536) },
 	{ "llama-3.2-1b", LLAMA3(2048, 8192, 16, 32, 64, true, 32.0) },
 	{ "llama-3.2-3b", LLAMA3(3072, 8192, 28, 24, 128, true, 32.0) },
 	{ "llama-3.1-8b", LLAMA3(4096, 14336, 32, 32, 128, false, 8.0) },

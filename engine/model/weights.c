@@ -157,6 +157,94 @@ int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tenso
 	return model_bind(m, dst, name, rows, cols, err, errlen);
 }
 
+/* The tensor of part p, checked: its shape and dtype (that of the stack's
+ * first part, *dt, once set). */
+static int stack_part(struct model *m, const struct model_part *p, int64_t rows, int64_t cols,
+		      enum kt_dtype *dt, bool first, struct st_tensor **out, char *err,
+		      size_t errlen)
+{
+	struct st_tensor *t = st_find(m->st, p->name);
+	int rc;
+
+	if (!t)
+		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
+				  p->name);
+	if (!t->dtype_ok)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
+				  t->file, p->name, t->dtype_name);
+	if (p->slice < 0) {
+		if ((rc = check_shape(t, rows, cols, err, errlen)))
+			return rc;
+	} else if (t->n_dims != 3 || t->shape[0] != p->n_slices || t->shape[1] != p->full_rows ||
+		   t->shape[2] != cols || p->slice >= p->n_slices ||
+		   p->row0 + rows > p->full_rows) {
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: tensor %s: shape [%lld, %lld, %lld] (%d dims), the config "
+				  "wants [%lld, %lld, %lld]", t->file, p->name,
+				  (long long)t->shape[0], (long long)t->shape[1],
+				  (long long)t->shape[2], t->n_dims, (long long)p->n_slices,
+				  (long long)p->full_rows, (long long)cols);
+	}
+	if (!first && t->dtype != *dt)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: tensor %s: dtype %s, the other experts' is %s", t->file,
+				  p->name, t->dtype_name, kt_dtype_name(*dt));
+	*dt = t->dtype;
+	*out = t;
+	return 0;
+}
+
+int model_bind_stack(struct model *m, struct kt_tensor *dst, const char *what,
+		     const struct model_part *parts, int n, int64_t rows, int64_t cols, char *err,
+		     size_t errlen)
+{
+	if (!m->st)
+		return bind_dummy(m, dst, what, (int64_t)n * rows, cols, err, errlen);
+	enum kt_dtype dt = KT_F32;
+	const size_t part_elems = (size_t)rows * (size_t)cols;
+	unsigned char *buf = NULL;
+	size_t esz = 0;
+	int rc = 0;
+
+	for (int i = 0; i < n && !rc; i++) {
+		struct st_tensor *t = NULL;
+		if ((rc = stack_part(m, &parts[i], rows, cols, &dt, i == 0, &t, err, errlen)))
+			break;
+		if (!buf) {
+			esz = kt_dtype_size(dt);
+			buf = malloc((size_t)n * part_elems * esz);
+			if (!buf) {
+				rc = atlas_errf(err, errlen, -ENOMEM,
+						"%s: %d x [%lld, %lld]: out of host memory", what, n,
+						(long long)rows, (long long)cols);
+				break;
+			}
+		}
+		const size_t off = parts[i].slice < 0 ? 0
+			: ((size_t)parts[i].slice * (size_t)parts[i].full_rows +
+			   (size_t)parts[i].row0) * (size_t)cols * esz;
+		memcpy(buf + (size_t)i * part_elems * esz, (const char *)t->data + off,
+		       part_elems * esz);
+		t->bound = true;
+		m->info.file_bytes += part_elems * esz;
+	}
+	if (!rc && n > 0) {
+		rc = kt_weight(m->be, dt, buf, (int64_t)n * rows, cols, false, dst);
+		if (rc)
+			atlas_errf(err, errlen, rc, "%s: backend: %s", what, strerror(-rc));
+		else if ((rc = note_weight(m, dst))) {
+			kt_free(m->be, dst);
+			atlas_errf(err, errlen, rc, "out of memory");
+		} else {
+			m->info.parameters += (uint64_t)n * part_elems;
+			m->info.device_bytes += kt_nbytes(dst);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
 /* The dtype that holds most of the weight bytes, for model_info. */
 static void note_file_dtype(struct model *m)
 {

@@ -42,6 +42,7 @@ struct state_pool {
 	struct kt_tensor *layers;   /* [n_layers], each [n_slots, floats] f32; owned */
 	int32_t *free_ids;          /* [n_slots]: stack of free slots */
 	int n_free;
+	struct kv_journal *journal; /* NULL, or where state_slot_copy records its copies */
 };
 
 struct disk_tier;

@@ -63,10 +63,13 @@ void state_slot_free(struct state_pool *p, int slot)
 
 int state_slot_copy(struct state_pool *p, int dst, int src)
 {
+	int rc = kv_journal_add(p->journal, KV_COPY_STATE, dst, src);
+	if (rc)
+		return rc;
 	for (int l = 0; l < p->n_layers; l++) {
 		const struct kt_tensor d = kt_rows(p->layers[l], dst, 1);
 		const struct kt_tensor s = kt_rows(p->layers[l], src, 1);
-		int rc = kt_copy(p->be, &d, &s);
+		rc = kt_copy(p->be, &d, &s);
 		if (rc)
 			return rc;
 	}

@@ -169,7 +169,7 @@ static int init_tables(struct exec *x)
 	return rc;
 }
 
-static int load(struct exec *x, char *err, size_t errlen)
+static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t errlen)
 {
 	const struct atlas_config *c = &x->cfg;
 	const bool dummy = !strcmp(c->load_format, "dummy");
@@ -196,6 +196,8 @@ static int load(struct exec *x, char *err, size_t errlen)
 		.max_context = x->geo.context, .max_heads = mc.n_heads, .max_head_dim = mc.head_dim,
 	};
 	if ((rc = kt_backend_open(&kc, &x->be, err, errlen)))
+		return rc;
+	if (join && (rc = join(ctx, x->be, err, errlen)))
 		return rc;
 	if (x->part == EXEC_MTP_HEAD)
 		rc = model_load_head(c->model, dummy, x->be, x->lim.max_rows, x->lim.max_out,
@@ -229,6 +231,13 @@ static int load(struct exec *x, char *err, size_t errlen)
 int exec_open(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
 	      const struct step_limits *lim, struct exec **out, char *err, size_t errlen)
 {
+	return exec_open_joined(cfg, part, n_seq_slots, lim, NULL, NULL, out, err, errlen);
+}
+
+int exec_open_joined(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
+		     const struct step_limits *lim, exec_join_fn join, void *ctx,
+		     struct exec **out, char *err, size_t errlen)
+{
 	struct exec *x = calloc(1, sizeof *x);
 	if (!x)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
@@ -236,7 +245,7 @@ int exec_open(const struct atlas_config *cfg, enum exec_part part, int n_seq_slo
 	x->part = part;
 	x->n_seq_slots = n_seq_slots;
 	x->lim = *lim;
-	int rc = load(x, err, errlen);
+	int rc = load(x, join, ctx, err, errlen);
 	if (rc) {
 		exec_close(x);
 		return rc;

@@ -84,6 +84,13 @@ struct exec {
 int exec_open(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
 	      const struct step_limits *lim, struct exec **out, char *err, size_t errlen);
 
+/* exec_open, with join(ctx, be) called once the backend is open and
+ * before the model loads: where expert parallelism's ranks meet and open
+ * the backend's communicator, whose rank decides which experts load. */
+typedef int (*exec_join_fn)(void *ctx, struct kt_backend *be, char *err, size_t errlen);
+int exec_open_joined(const struct atlas_config *cfg, enum exec_part part, int n_seq_slots,
+		     const struct step_limits *lim, exec_join_fn join, void *ctx,
+		     struct exec **out, char *err, size_t errlen);
 /* Whether a model of config mc keeps its final hidden rows under cfg:
  * it has an MTP head that cfg loads (mtp_head). */
 bool exec_keeps_hidden(const struct atlas_config *cfg, const struct model_config *mc);

@@ -91,6 +91,7 @@ static const struct kt_ops cuda_ops = {
 	NULL, /* moe_matmul */
 	NULL, /* moe_combine */
 	NULL, /* comm_open */
+	NULL, /* comm_id */
 	NULL, /* allreduce */
 	cuda_sample,
 	cuda_graph,

@@ -1,6 +1,8 @@
 /* The dense decoder family: Qwen3ForCausalLM and LlamaForCausalLM
- * (pre-norm, GQA attention with rotary positions, SwiGLU MLP). Every layer
- * is full attention with a dense MLP.
+ * (pre-norm, GQA attention with rotary positions, SwiGLU MLP), and
+ * Qwen3MoeForCausalLM, the same decoder whose MLPs are mixtures of experts
+ * (engine/model/moe/) in the layers its configuration names. Every layer is
+ * full attention.
  *
  * dense_config.c reads the family's keys, dense_weights.c binds the tensors,
  * dense_forward.c runs a step.
@@ -10,9 +12,10 @@
 
 #include "engine/model/family.h"
 #include "engine/model/internal.h"
+#include "engine/model/moe/moe.h"
 
 /* Table variants: the defaults and quirks of each architecture. */
-enum dense_variant { DENSE_QWEN3, DENSE_LLAMA };
+enum dense_variant { DENSE_QWEN3, DENSE_LLAMA, DENSE_QWEN3_MOE };
 
 extern const struct model_family dense_family;
 
@@ -25,6 +28,9 @@ struct dense_layer {
 	struct kt_tensor q_norm, k_norm;  /* [1, D] (qk_norm) */
 	struct kt_tensor wo, bo;        /* [E, Hq*D], [1, E] (attention_bias) */
 	struct kt_tensor ffn_norm;      /* [1, E] */
+	/* A dense MLP, or in a layer whose mlp is MODEL_MLP_MOE the experts
+	 * (then w_gate .. b_down have no data). */
+	struct moe_layer moe;
 	struct kt_tensor w_gate, w_up;  /* [I, E] */
 	struct kt_tensor w_down;        /* [E, I] */
 	struct kt_tensor b_gate, b_up, b_down;  /* [1, I], [1, I], [1, E] (mlp_bias) */
@@ -65,6 +71,7 @@ struct dense_model {
 	struct kt_tensor lm_head;       /* [V, E]; a copy of embed's handle when tied */
 	struct dense_layer *layers;     /* [n_layers] owned */
 	struct dense_scratch s;
+	struct moe_scratch moe;         /* allocated when the model has MoE layers */
 	struct dense_head *head;        /* owned; NULL for the model itself */
 };
 

@@ -10,6 +10,7 @@
  *               proj = att · Woᵀ
  *               xn = rmsnorm(x += proj)
  *               proj = (silu(xn · Wgateᵀ) * (xn · Wupᵀ)) · Wdownᵀ
+ *                      (or the experts' sum in an MoE layer, moe.h)
  *   logits = lm_head · rmsnorm(x += proj)[out_rows]
  *
  * The residual add is the fused first half of the rmsnorm op, so the residual
@@ -133,7 +134,7 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	return 0;
 }
 
-/* MLP block of layer l: SwiGLU of xn, out to proj. */
+/* MLP block of layer l: SwiGLU of xn (or the layer's experts'), out to proj. */
 static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 		     const struct kt_tensor *xn, const struct kt_tensor *proj)
 {
@@ -142,6 +143,9 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens;
 	const struct kt_tensor gate = kt_rows(dm->s.gate, 0, T), up = kt_rows(dm->s.up, 0, T);
+
+	if (m->cfg.layers[l].mlp == MODEL_MLP_MOE)
+		return moe_forward(m, &w->moe, &dm->moe, b, xn, proj);
 
 	TRY(project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
 	TRY(project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));

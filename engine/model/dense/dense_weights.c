@@ -44,8 +44,11 @@ static int bind_mlp(struct model *m, const char *pre, struct dense_layer *w, int
 	int rc;
 
 	if ((rc = model_bind_layer(m, pre, l, &w->ffn_norm, "post_attention_layernorm.weight", 0, e,
-				   err, errlen)) ||
-	    (rc = model_bind_layer(m, pre, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err,
+				   err, errlen)))
+		return rc;
+	if (c->layers[l].mlp == MODEL_MLP_MOE)
+		return moe_bind_layer(m, pre, l, &w->moe, err, errlen);
+	if ((rc = model_bind_layer(m, pre, l, &w->w_gate, "mlp.gate_proj.weight", in, e, err,
 				   errlen)) ||
 	    (rc = model_bind_layer(m, pre, l, &w->w_up, "mlp.up_proj.weight", in, e, err, errlen)) ||
 	    (rc = model_bind_layer(m, pre, l, &w->w_down, "mlp.down_proj.weight", e, in, err, errlen)))
