@@ -411,6 +411,12 @@ struct kt_ops {
 	int (*copy_done)(struct kt_backend *be, uint64_t ticket);
 };
 
+/* The most experts a token is routed to (moe_route's k = ids.cols,
+ * moe_matmul's k, moe_combine's w.cols): k above it is -EINVAL on every
+ * backend, so that a kernel may keep a token's k ids and weights in arrays
+ * of fixed size. */
+#define KT_MOE_MAX_K 16
+
 /* Runs of consecutive blocks kv_stage copies with copy engines at most;
  * more fragmented pieces are read by a kernel. */
 #define KT_STAGE_MAX_RUNS 64

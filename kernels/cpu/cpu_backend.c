@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "kernels/comm_socket.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/cpu_simd.h"
 
@@ -77,6 +78,7 @@ static void cpu_close(struct kt_backend *be)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 
+	comm_socket_close(cpu->comm);
 	cpu_free_all(cpu);
 	pthread_mutex_destroy(&cpu->lock);
 	free(cpu->scratch_mem);
@@ -146,6 +148,11 @@ static const struct kt_ops cpu_ops = {
 	.swiglu = cpu_swiglu,
 	.add = cpu_add,
 	.gather_rows = cpu_gather_rows,
+	.moe_route = cpu_moe_route,
+	.moe_matmul = cpu_moe_matmul,
+	.moe_combine = cpu_moe_combine,
+	.comm_open = cpu_comm_open,
+	.allreduce = cpu_allreduce,
 	.sample = cpu_sample,
 	.graph = cpu_graph,
 	.copy = cpu_copy,

@@ -15,6 +15,8 @@
 
 #include "kernels/backend.h"
 
+struct comm_socket;
+
 /* Ops with fewer elements than this run on one thread: forking a team costs
  * more than it saves. */
 #define CPU_PAR_MIN 32768
@@ -60,6 +62,7 @@ struct cpu_backend {
 	pthread_mutex_t lock;      /* guards owned (alloc and free may come from loader threads) */
 	struct cpu_ptrset owned;   /* allocations to free at kt_free or close */
 	uint64_t copies;           /* copy_async tickets handed out (each finishes at once) */
+	struct comm_socket *comm;  /* expert parallelism's communicator; NULL before comm_open */
 };
 
 static inline struct cpu_backend *cpu_of(struct kt_backend *be)
@@ -89,6 +92,27 @@ static inline bool cpu_overlap(const struct kt_tensor *a, const struct kt_tensor
 	const char *a0 = a->data, *b0 = b->data;
 	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
 }
+
+/* Rows of x the matmul kernel reads per work item (cpu_matmul.c). */
+#define CPU_MM_ROWS 64
+
+/* The rows of x a matmul block reads: row t is x + src(t) * K, with
+ * src(t) = t, or order[t] / k when order is given (moe_matmul's gather). */
+struct cpu_xrows {
+	const float *x;
+	const int32_t *order;
+	int k;
+};
+
+/* w rows per block of the matmul kernel for rows of K floats (K == 0: one
+ * block of all N rows). */
+int64_t cpu_matmul_wrows(int64_t K, int64_t N);
+/* y rows [0, T) = x rows [t0, t0 + T) · w rows [0, nb)ᵀ (+ bias[0, nb)):
+ * y's rows are N floats apart, and y, w and bias start at the block. Each y
+ * element is dot(x row, w row) in cpu_simd.h's one order, whatever T, t0
+ * and nb. */
+void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T, const float *w,
+		      int64_t nb, int64_t K, float *y, int64_t N, const float *bias);
 
 /* Memory (cpu_memory.c) */
 int cpu_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,
@@ -146,6 +170,18 @@ int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct 
 int cpu_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x);
 int cpu_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
 		    const struct kt_tensor *x, const struct kt_tensor *idx);
+int cpu_moe_route(struct kt_backend *be, const struct kt_tensor *ids, const struct kt_tensor *w,
+		  const struct kt_tensor *order, const struct kt_tensor *slot,
+		  const struct kt_tensor *offsets, const struct kt_tensor *logits, bool norm);
+int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		   const struct kt_tensor *w, const struct kt_tensor *order,
+		   const struct kt_tensor *offsets, int k, int e0);
+int cpu_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
+		    const struct kt_tensor *y, const struct kt_tensor *w,
+		    const struct kt_tensor *slot);
+int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
+		  size_t errlen);
+int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x);
 int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	       const struct kt_sample_row *rows, int n, int32_t *ids);
 

@@ -11,12 +11,17 @@
  * OpenBLAS 0.3.21, sgemv differs from sgemm, and an sgemm row changes in the
  * last bits with M, with its place in the call and with the thread count.
  *
- * Blocking: a work item is up to TB rows of x against a block of w rows of
- * about W_BLOCK_BYTES (kept in L2), computed in MR × NR register tiles: per 8
- * elements of K, NR + MR loads feed MR * NR independent FMA chains. A last
- * single row of x (decode) uses 1 × NR1 tiles: more w rows streaming at once
- * keep the memory busy. Items walk the x blocks inside each w block so that w
- * is read from memory once.
+ * Blocking: a work item is up to CPU_MM_ROWS rows of x against a block of w
+ * rows of about W_BLOCK_BYTES (kept in L2), computed in MR × NR register
+ * tiles: per 8 elements of K, NR + MR loads feed MR * NR independent FMA
+ * chains. A last single row of x (decode) uses 1 × NR1 tiles: more w rows
+ * streaming at once keep the memory busy. Items walk the x blocks inside each
+ * w block so that w is read from memory once.
+ *
+ * The block kernel (cpu_matmul_block) reads the rows of x through a row map
+ * (struct cpu_xrows): consecutive rows here, the tokens a routing plan sends
+ * to one expert in moe_matmul (cpu_moe.c), which so computes every row
+ * exactly as matmul would.
  *
  * Threads: work items are spread over the OpenMP team; each output is
  * written by one thread.
@@ -29,12 +34,20 @@
 #define MR 4
 #define NR 3
 #define NR1 8
-#define TB 64
 #define W_BLOCK_BYTES (128 * 1024)
 
-/* y[i, j] = dot(x[i], w[j]) (+ bias[j]) for an mr × nr tile; rows K apart. */
-CPU_INLINE void tile(const int mr, const int nr, const float *x, const float *w, int64_t K,
-		     float *y, int64_t ldy, const float *bias)
+int64_t cpu_matmul_wrows(int64_t K, int64_t N)
+{
+	/* A multiple of NR and of NR1, so that a block splits into whole tiles. */
+	int64_t nb = K ? W_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / 24 * 24 : N;
+
+	return nb < 24 ? 24 : nb;
+}
+
+/* y[i, j] = dot(x[i], w[j]) (+ bias[j]) for an mr × nr tile: x[i] are the
+ * tile's rows of x, w's rows are K apart. */
+CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const float *w,
+		     int64_t K, float *y, int64_t ldy, const float *bias)
 {
 	v8f acc[MR][NR1];
 	int64_t k;
@@ -52,7 +65,7 @@ CPU_INLINE void tile(const int mr, const int nr, const float *x, const float *w,
 			wv[j] = load8(w + j * K + k);
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
-			v8f xv = load8(x + i * K + k);
+			v8f xv = load8(x[i] + k);
 
 #pragma GCC unroll 8
 			for (int j = 0; j < nr; j++)
@@ -66,7 +79,7 @@ CPU_INLINE void tile(const int mr, const int nr, const float *x, const float *w,
 			float s = hsum8(acc[i][j]);
 
 			for (int64_t t = k; t < K; t++)
-				s += x[i * K + t] * w[j * K + t];
+				s += x[i][t] * w[j * K + t];
 			y[i * ldy + j] = bias ? s + bias[j] : s;
 		}
 	}
@@ -77,17 +90,20 @@ CPU_INLINE void tile(const int mr, const int nr, const float *x, const float *w,
 		tile(m, n, xp, wp, K, yp, N, bp); \
 		break
 
-/* Rows [0, T) of x against w rows [0, nb); y and bias start at the block. */
-CPU_CLONES static void matmul_block(const float *x, int64_t T, const float *w, int64_t nb,
-				    int64_t K, float *y, int64_t N, const float *bias)
+CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T,
+				 const float *w, int64_t nb, int64_t K, float *y, int64_t N,
+				 const float *bias)
 {
-	for (int64_t t = 0; t < T; t += MR) {
-		int mr = T - t < MR ? (int)(T - t) : MR, step = mr == 1 ? NR1 : NR;
+	for (int64_t t = t0; t < t0 + T; t += MR) {
+		int mr = t0 + T - t < MR ? (int)(t0 + T - t) : MR, step = mr == 1 ? NR1 : NR;
+		const float *xp[MR];
 
+		for (int i = 0; i < mr; i++)
+			xp[i] = x->x + (x->order ? x->order[t + i] / x->k : t + i) * K;
 		for (int64_t j = 0; j < nb; j += step) {
 			int nr = nb - j < step ? (int)(nb - j) : step;
-			const float *xp = x + t * K, *wp = w + j * K, *bp = bias ? bias + j : NULL;
-			float *yp = y + t * N + j;
+			const float *wp = w + j * K, *bp = bias ? bias + j : NULL;
+			float *yp = y + (t - t0) * N + j;
 
 			switch (mr * 16 + nr) {
 			TILE_CASE(1, 1); TILE_CASE(1, 2); TILE_CASE(1, 3); TILE_CASE(1, 4);
@@ -105,7 +121,8 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 {
 	struct cpu_backend *cpu = cpu_of(be);
 	int64_t T, K, N, nb, n_wb, n_xb;
-	const float *xd, *wd, *bd;
+	struct cpu_xrows xr;
+	const float *wd, *bd;
 	float *yd;
 
 	if (!cpu_valid(x, KT_F32) || !cpu_valid(w, KT_F32))
@@ -121,23 +138,22 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 		return -EINVAL;
 	if (!T || !N)
 		return 0;
-	/* A multiple of NR and of NR1, so that a block splits into whole tiles. */
-	nb = K ? W_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / 24 * 24 : N;
-	nb = nb < 24 ? 24 : nb;
+	nb = cpu_matmul_wrows(K, N);
 	n_wb = (N + nb - 1) / nb;
-	n_xb = (T + TB - 1) / TB;
-	xd = x->data;
+	n_xb = (T + CPU_MM_ROWS - 1) / CPU_MM_ROWS;
+	xr = (struct cpu_xrows){ .x = x->data };
 	wd = w->data;
 	bd = bias ? bias->data : NULL;
 	yd = y->data;
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
 	if (n_wb * n_xb > 1 && T * N * K > CPU_PAR_MIN)
 	for (int64_t it = 0; it < n_wb * n_xb; it++) {
-		int64_t n0 = it / n_xb * nb, t0 = it % n_xb * TB;
-		int64_t len = N - n0 < nb ? N - n0 : nb, rows = T - t0 < TB ? T - t0 : TB;
+		int64_t n0 = it / n_xb * nb, t0 = it % n_xb * CPU_MM_ROWS;
+		int64_t len = N - n0 < nb ? N - n0 : nb;
+		int64_t rows = T - t0 < CPU_MM_ROWS ? T - t0 : CPU_MM_ROWS;
 
-		matmul_block(xd + t0 * K, rows, wd + n0 * K, len, K, yd + t0 * N + n0, N,
-			     bd ? bd + n0 : NULL);
+		cpu_matmul_block(&xr, t0, rows, wd + n0 * K, len, K, yd + t0 * N + n0, N,
+				 bd ? bd + n0 : NULL);
 	}
 	return 0;
 }

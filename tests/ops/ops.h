@@ -195,6 +195,10 @@ bool op_matmul_invariant(const struct op_backend *b, int T, int K, enum kt_dtype
 /* A token's attention gives the same bits alone as in any batch: the cpu
  * promises it; cuda picks its kernels and splits by the step's shape. */
 bool op_attention_invariant(const struct op_backend *b);
+/* A token's moe_matmul rows and moe_combine output give the same bits alone
+ * as in any batch, and with the experts split over calls (ranks) as in one:
+ * the cpu promises it; cuda is held to its tolerances. */
+bool op_moe_invariant(const struct op_backend *b);
 
 /* For the runner: run case c on test (and on cpu for comparison, unless test
  * is the cpu backend or the family is self_checked), print its line, and

@@ -349,6 +349,11 @@ bool op_attention_invariant(const struct op_backend *b)
 	return strcmp(b->be->info.backend, "cpu") == 0;
 }
 
+bool op_moe_invariant(const struct op_backend *b)
+{
+	return strcmp(b->be->info.backend, "cpu") == 0;
+}
+
 /* FNV-1a of the case name: every case has its own inputs, and they do not
  * change when cases are added or filtered out. */
 static uint64_t name_seed(const char *name)
