@@ -37,12 +37,15 @@
 
 /* -o names that belong to FUSE (libfuse's session and mount options and
  * fuse_parse_cmdline's). Every other -o name is an atlas configuration key;
- * allow_other and default_permissions are both (the fs passes them on). */
+ * allow_other and default_permissions are both (the fs passes them on).
+ * context is atlas's key (the session context length), not the SELinux
+ * mount option of that name, which FUSE mounts rarely want (fscontext and
+ * the others stay FUSE's). */
 static const char *const fuse_names[] = {
 	"allow_root", "auto_unmount", "blkdev", "blksize", "fsname", "subtype", "max_read",
 	"ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "async", "sync",
 	"dirsync", "atime", "noatime", "nodiratime", "relatime", "norelatime", "strictatime",
-	"nostrictatime", "context", "fscontext", "defcontext", "rootcontext", "debug",
+	"nostrictatime", "fscontext", "defcontext", "rootcontext", "debug",
 	"clone_fd", "max_idle_threads", "max_threads", "user",
 };
 
@@ -180,10 +183,13 @@ static int build_config(struct atlas_config *c, const struct options *o, bool de
 		fprintf(stderr, "atlasd: %s\n", err);
 		return -1;
 	}
-	/* ctl/config shows the model directory that was really loaded. */
+	/* ctl/config shows the model directory that was really loaded (dummy
+	 * weights: a shape's name). */
 	char path[PATH_MAX];
 	const char *model = atlas_config_model_dir(c);
-	if (!realpath(model, path)) {
+	if (!strcmp(c->load_format, "dummy"))
+		snprintf(path, sizeof path, "%s", model);
+	else if (!realpath(model, path)) {
 		fprintf(stderr, "atlasd: model directory %s: %s\n", model, strerror(errno));
 		return -1;
 	}

@@ -240,8 +240,11 @@ static void run_step(struct atlas_engine *e)
 	/* The step's KV is in an unknown state: its sequences fail and drop it. */
 	log_error("engine step failed: %s", err);
 	if (e->ep) {
+		char why[ATLAS_ERRLEN];
 		ep_head_lost(e->ep, rc, err);
-		ep_fail_all(e, rc, err);
+		ep_head_up(e->ep, why, sizeof why);
+		snprintf(err, sizeof err, "ep: %.500s", why);
+		ep_fail_all(e, -EHOSTDOWN, err);
 		return;
 	}
 	for (int i = 0; i < e->cmd.n_seqs; i++) {

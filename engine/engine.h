@@ -293,8 +293,9 @@ int atlas_engine_kept(struct atlas_engine *e, char (*names)[64], int max);
 /* Be rank `rank` (1 .. ep-1) of the group whose head listens at
  * cfg->ep_address (DESIGN §10): load the shared layers and this rank's
  * experts and run the head's step commands, joining again whenever an
- * epoch ends. Returns only on an error: the head refused this worker (a
- * mismatch, err says which), or no head was reachable for ep_join_timeout. */
+ * epoch ends. Returns 0 when its head went away for ep_join_timeout after
+ * it served, an error when the head refused it (a mismatch, err says
+ * which) or never answered. */
 int atlas_ep_worker_run(const struct atlas_config *cfg, int rank, char *err, size_t errlen);
 
 /* ---- tools: tokenizer and raw logits (the CLI, tests) ---- */

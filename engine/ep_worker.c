@@ -9,7 +9,8 @@
  *
  * The worker's KV pool mirrors the head's: the head's scheduler owns the
  * block ids and every device write comes from the command stream. A
- * worker that cannot reach its head for ep_join_timeout ends.
+ * worker that cannot reach its head for ep_join_timeout ends: an error
+ * before it ever joined, the normal end after.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ struct worker {
 	int rank;
 	int timeout_ms;
 	int fd;                         /* control connection, -1 none */
-	uint32_t epoch;
+	uint32_t epoch;                 /* the last joined, 0 before the first */
 	struct kt_backend *be;
 	uint64_t model_id;
 	struct exec *x;
@@ -126,8 +127,9 @@ static int join(struct worker *w, char *err, size_t errlen)
 			return rc;
 		if (atlas_now_ns() >= deadline)
 			return atlas_errf(err, errlen, -ETIMEDOUT,
-					  "ep: rank %d: no head at %s within %g s", w->rank,
-					  w->cfg.ep_address, w->cfg.ep_join_timeout);
+					  "ep: rank %d: no head at %s %s for %g s", w->rank,
+					  w->cfg.ep_address, w->epoch ? "any more" : "answered",
+					  w->cfg.ep_join_timeout);
 		usleep(WORKER_RETRY_MS * 1000);
 	}
 }
@@ -238,6 +240,11 @@ int atlas_ep_worker_run(const struct atlas_config *cfg, int rank, char *err, siz
 		log_info("ep: rank %d of %d serving %s on %s", rank, cfg->ep, w.cfg.model,
 			 w.be->info.name);
 		rc = serve(&w, err, errlen);
+		/* The head went away for good after serving: the normal end. */
+		if (rc == -ETIMEDOUT) {
+			log_info("%s; ending", err);
+			rc = 0;
+		}
 	}
 	if (w.fd >= 0)
 		close(w.fd);

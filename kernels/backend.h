@@ -358,9 +358,10 @@ struct kt_ops {
 	int (*moe_combine)(struct kt_backend *be, const struct kt_tensor *out,
 			   const struct kt_tensor *y, const struct kt_tensor *w,
 			   const struct kt_tensor *slot);
-	/* Join the ranks of expert parallelism (DESIGN §10) as spec says;
-	 * called once, before any collective. -ENOTSUP: this backend has no
-	 * communicator of that kind (cuda: NCCL only). */
+	/* Join the ranks of expert parallelism (DESIGN §10) as spec says,
+	 * before any collective; called again (the group's next epoch, after
+	 * a rank was lost), the new communicator replaces the old. -ENOTSUP:
+	 * this backend has no communicator of that kind (cuda: NCCL only). */
 	int (*comm_open)(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
 			 size_t errlen);
 	/* Rank 0 makes the id that every rank's comm_open spec carries
@@ -420,10 +421,6 @@ struct kt_ops {
 /* Runs of consecutive blocks kv_stage copies with copy engines at most;
  * more fragmented pieces are read by a kernel. */
 #define KT_STAGE_MAX_RUNS 64
-
-/* Experts per token (moe_route's k) at most; more is -EINVAL on every
- * backend. */
-#define KT_MOE_MAX_K 16
 
 /* Alignment of host_alloc memory: what O_DIRECT file I/O needs. */
 #define KT_HOST_ALIGN 4096

@@ -29,6 +29,7 @@ struct comm_socket {
 	int fds[KT_COMM_MAX_RANKS]; /* rank 0: fds[r] to rank r > 0; else fds[0]; -1: none */
 	uint64_t calls;             /* collectives that went on the wire */
 	int broken;                 /* 0, or the errno that broke the communicator */
+	int broken_peer;            /* rank 0: the peer whose socket failed, else -1 */
 	float *buf;                 /* rank 0: [RECV_FLOATS], one peer's payload at a time */
 };
 
@@ -161,13 +162,17 @@ static int reduce_head(struct comm_socket *c, uint64_t call, float *x, size_t n)
 			for (size_t j = 0; !rc && j < m; j++)
 				x[i + j] += c->buf[j];
 		}
-		if (rc)
+		if (rc) {
+			c->broken_peer = r;
 			return rc;
+		}
 	}
 	for (int r = 1; r < c->n_ranks; r++) {
 		rc = send_msg(c, c->fds[r], call, x, bytes);
-		if (rc)
+		if (rc) {
+			c->broken_peer = r;
 			return rc;
+		}
 	}
 	return 0;
 }
@@ -206,6 +211,11 @@ int comm_socket_allreduce(struct comm_socket *c, float *x, size_t n)
 int comm_socket_broken(const struct comm_socket *c)
 {
 	return c->broken;
+}
+
+int comm_socket_broken_peer(const struct comm_socket *c)
+{
+	return c->broken_peer;
 }
 
 /* Rank `rank` holds a socket to rank r: rank 0 to every other, the others to 0. */
@@ -261,6 +271,7 @@ int comm_socket_open(const struct kt_comm_spec *spec, struct comm_socket **out, 
 	}
 	c->rank = spec->rank;
 	c->n_ranks = spec->n_ranks;
+	c->broken_peer = -1;
 	c->timeout_ms = spec->timeout_ms;
 	for (int r = 0; r < KT_COMM_MAX_RANKS; r++)
 		c->fds[r] = r < c->n_ranks && needs_fd(c->rank, r) ? spec->fds[r] : -1;

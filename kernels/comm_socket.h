@@ -47,6 +47,9 @@ int comm_socket_open(const struct kt_comm_spec *spec, struct comm_socket **out, 
 int comm_socket_allreduce(struct comm_socket *c, float *x, size_t n);
 /* 0, or the (positive) errno that broke the communicator. */
 int comm_socket_broken(const struct comm_socket *c);
+/* Rank 0 of a broken communicator: the peer whose socket failed (the
+ * first one that did), else -1. */
+int comm_socket_broken_peer(const struct comm_socket *c);
 /* Close the fds and free c (NULL is a no-op). */
 void comm_socket_close(struct comm_socket *c);
 

@@ -529,18 +529,19 @@ void ep_head_close(struct ep_head *h)
 {
 	if (!h)
 		return;
+	/* No worker joins again once it has heard BYE. */
 	pthread_mutex_lock(&h->lock);
 	h->stop = true;
+	pthread_mutex_unlock(&h->lock);
+	if (h->acceptor_running)
+		pthread_join(h->acceptor, NULL);
+	close_fd(&h->listen_fd);
 	for (int r = 1; r < h->n_ranks; r++) {
 		if (h->ranks[r].fd >= 0)
 			ep_send_msg(h->ranks[r].fd, EP_BYE, NULL, 0, ATLAS_MIN(h->timeout_ms, 1000));
 		close_fd(&h->ranks[r].fd);
 		close_fd(&h->ranks[r].comm_fd);
 	}
-	pthread_mutex_unlock(&h->lock);
-	if (h->acceptor_running)
-		pthread_join(h->acceptor, NULL);
-	close_fd(&h->listen_fd);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->changed);
 	free(h->journal.ops);

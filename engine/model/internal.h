@@ -92,11 +92,12 @@ struct model_part {
 	int64_t row0;
 };
 /* Upload n matrices [rows, cols], all of one dtype, back to back into *dst
- * [n * rows, cols] (the experts of a layer); `what` names it in messages and
- * for dummy weights, which are made as model_bind makes them. */
+ * [n * rows, cols]: matrices first .. first + n - 1 of a stack (a shard of
+ * a layer's experts); `what` names it in messages. Dummy weights are made
+ * as model_bind makes them, matrix i's the same whatever the shard. */
 int model_bind_stack(struct model *m, struct kt_tensor *dst, const char *what,
-		     const struct model_part *parts, int n, int64_t rows, int64_t cols, char *err,
-		     size_t errlen);
+		     const struct model_part *parts, int n, int first, int64_t rows, int64_t cols,
+		     char *err, size_t errlen);
 /* After the family bound everything: log the tensors nobody took and note
  * the dtype that holds most of the bytes. */
 void model_bind_done(struct model *m);

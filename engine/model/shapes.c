@@ -62,6 +62,17 @@ static const struct shape shapes[] = {
 	 * them: one that fits one GPU and one that does not. */
 	{ "qwen3-235b-a22b-8l", QWEN3_MOE(4096, 12288, 8, 64, 4, 128, 8, 1536) },
 	{ "qwen3-235b-a22b-32l", QWEN3_MOE(4096, 12288, 32, 64, 4, 128, 8, 1536) },
+	/* A small Qwen3-MoE for tests (expert parallelism): 8 experts, top 2,
+	 * layer 1 a dense MLP. */
+	{ "qwen3-moe-test",
+	  "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"vocab_size\": 512, "
+	  "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 3, "
+	  "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+	  "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+	  "\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [1], "
+	  "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000, "
+	  "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
+	  "\"eos_token_id\": 2}" },
 	{ "llama-3.2-1b", LLAMA3(2048, 8192, 16, 32, 64, true, 32.0) },
 	{ "llama-3.2-3b", LLAMA3(3072, 8192, 28, 24, 128, true, 32.0) },
 	{ "llama-3.1-8b", LLAMA3(4096, 14336, 32, 32, 128, false, 8.0) },

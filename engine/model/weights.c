@@ -195,12 +195,35 @@ static int stack_part(struct model *m, const struct model_part *p, int64_t rows,
 	return 0;
 }
 
+/* A dummy stack: the dummy values of matrices [0, first + n), of which
+ * the last n are this shard's. */
+static int bind_dummy_stack(struct model *m, struct kt_tensor *dst, const char *what, int n,
+			    int first, int64_t rows, int64_t cols, char *err, size_t errlen)
+{
+	const size_t part = (size_t)rows * (size_t)cols;
+	int rc = dummy_values(m, (size_t)(first + n) * part);
+
+	if (rc)
+		return atlas_errf(err, errlen, rc, "dummy %s: out of host memory", what);
+	rc = kt_weight(m->be, KT_BF16, m->dummy + (size_t)first * part, (int64_t)n * rows, cols,
+		       false, dst);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "dummy %s: backend: %s", what, strerror(-rc));
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
+	m->info.parameters += (uint64_t)n * part;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
+}
+
 int model_bind_stack(struct model *m, struct kt_tensor *dst, const char *what,
-		     const struct model_part *parts, int n, int64_t rows, int64_t cols, char *err,
-		     size_t errlen)
+		     const struct model_part *parts, int n, int first, int64_t rows, int64_t cols,
+		     char *err, size_t errlen)
 {
 	if (!m->st)
-		return bind_dummy(m, dst, what, (int64_t)n * rows, cols, err, errlen);
+		return n ? bind_dummy_stack(m, dst, what, n, first, rows, cols, err, errlen) : 0;
 	enum kt_dtype dt = KT_F32;
 	const size_t part_elems = (size_t)rows * (size_t)cols;
 	unsigned char *buf = NULL;

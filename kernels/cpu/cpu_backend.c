@@ -152,6 +152,7 @@ static const struct kt_ops cpu_ops = {
 	.moe_matmul = cpu_moe_matmul,
 	.moe_combine = cpu_moe_combine,
 	.comm_open = cpu_comm_open,
+	.comm_id = cpu_comm_id,
 	.allreduce = cpu_allreduce,
 	.sample = cpu_sample,
 	.graph = cpu_graph,

@@ -6,7 +6,8 @@
  * be->comm: rank and n_ranks from comm_open; calls, bytes and ns count the
  * allreduces that went on the wire, the one that broke the communicator
  * included (ns: monotonic time inside them); broken is the positive errno
- * that broke it. A call refused at once (a bad tensor, no communicator, a
+ * that broke it, broken_rank (rank 0) the peer whose socket failed. A
+ * second comm_open (the group's next epoch) replaces the communicator. A call refused at once (a bad tensor, no communicator, a
  * broken one) counts nothing.
  */
 #include <errno.h>
@@ -24,19 +25,24 @@ int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *
 
 	if (!spec)
 		return atlas_errf(err, errlen, -EINVAL, "backend cpu: comm_open: no spec");
-	if (cpu->comm)
-		return atlas_errf(err, errlen, -EINVAL,
-				  "backend cpu: comm_open: the communicator is open already");
 	if (spec->kind != KT_COMM_SOCKET)
 		return atlas_errf(err, errlen, -ENOTSUP,
 				  "backend cpu: the cpu backend's communicator is sockets "
 				  "(kt_comm_spec kind %d)", (int)spec->kind);
-	rc = comm_socket_open(spec, &cpu->comm, err, errlen);
+	struct comm_socket *c;
+	rc = comm_socket_open(spec, &c, err, errlen);
 	if (rc) {
 		atlas_errprefix(err, errlen, "backend cpu");
 		return rc;
 	}
-	be->comm = (struct kt_comm_stats){ .rank = spec->rank, .n_ranks = spec->n_ranks };
+	/* A new epoch of the group: the new communicator replaces the old;
+	 * the counts go on. */
+	comm_socket_close(cpu->comm);
+	cpu->comm = c;
+	be->comm.rank = spec->rank;
+	be->comm.n_ranks = spec->n_ranks;
+	be->comm.broken = 0;
+	be->comm.broken_rank = -1;
 	return 0;
 }
 
@@ -46,6 +52,11 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES])
+{
+	return -ENOTSUP; /* sockets need no id: the fds are the group */
 }
 
 int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x)
@@ -64,5 +75,6 @@ int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 	be->comm.calls++;
 	be->comm.bytes += kt_nbytes(x);
 	be->comm.broken = comm_socket_broken(cpu->comm);
+	be->comm.broken_rank = comm_socket_broken_peer(cpu->comm);
 	return rc;
 }

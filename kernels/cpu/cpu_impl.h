@@ -181,6 +181,7 @@ int cpu_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
 		    const struct kt_tensor *slot);
 int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
 		  size_t errlen);
+int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES]);
 int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x);
 int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	       const struct kt_sample_row *rows, int n, int32_t *ids);

@@ -80,7 +80,7 @@ int moe_bind_layer(struct model *m, const char *prefix, int l, struct moe_layer 
 		expert_parts(c, p, fused, projs[i], e0, n, parts);
 		snprintf(what, sizeof what, "%s.mlp.experts.%s (experts %d..%d)", p, projs[i], e0,
 			 e0 + n - 1);
-		rc = model_bind_stack(m, dst[i], what, parts, n, down ? H : I, down ? I : H, err,
+		rc = model_bind_stack(m, dst[i], what, parts, n, e0, down ? H : I, down ? I : H, err,
 				      errlen);
 	}
 	free(parts);
