@@ -35,6 +35,7 @@
 #ifndef ATLAS_KERNELS_BACKEND_H
 #define ATLAS_KERNELS_BACKEND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -404,7 +405,17 @@ struct kt_ops {
 	 * finished: 1, 0 while it runs, or a negative errno if it failed. Never
 	 * waits. */
 	int (*copy_done)(struct kt_backend *be, uint64_t ticket);
+	/* The id that comm_open's spec carries, made once by rank 0 and handed
+	 * to the other ranks by the engine's bootstrap: id [KT_COMM_ID_BYTES]
+	 * (cuda: a fresh ncclUniqueId). NULL or -ENOTSUP: this backend's
+	 * communicator needs none (cpu: sockets). */
+	int (*comm_id)(struct kt_backend *be, unsigned char *id);
 };
+
+/* Most experts per token (moe_route's k, moe_matmul's and moe_combine's
+ * k) on every backend: a larger k is -EINVAL, and workspaces sized at open
+ * hold max_tokens * KT_MOE_MAX_K assignments. */
+#define KT_MOE_MAX_K 16
 
 /* Runs of consecutive blocks kv_stage copies with copy engines at most;
  * more fragmented pieces are read by a kernel. */
@@ -514,6 +525,9 @@ static inline int kt_comm_open(struct kt_backend *be, const struct kt_comm_spec 
 { return KT_OP(comm_open, spec, err, errlen); }
 static inline int kt_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 { return KT_OP(allreduce, x); }
+/* -ENOTSUP where the backend has no comm_id (see struct kt_ops). */
+static inline int kt_comm_id(struct kt_backend *be, unsigned char *id)
+{ return be->ops->comm_id ? be->ops->comm_id(be, id) : -ENOTSUP; }
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }
