@@ -35,6 +35,7 @@
 #ifndef ATLAS_KERNELS_BACKEND_H
 #define ATLAS_KERNELS_BACKEND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

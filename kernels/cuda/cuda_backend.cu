@@ -5,8 +5,9 @@
  * on it, and creates everything the ops need so that they never allocate: the
  * stream, a cuBLAS handle bound to it with its own workspace, the fault word,
  * the pinned and device buffers of sample, a first matmul workspace
- * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()) and the split
- * partials of decode attention.
+ * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()), the split
+ * partials of decode attention and moe_route's chunk counts. Close also
+ * destroys the NCCL communicator of comm_open.
  *
  * Nothing here prints on a machine without a GPU: kt_cuda_available() only
  * asks cudaGetDeviceCount (libcudart loads the driver on first use), and
@@ -44,8 +45,10 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cu_enter(cu));
 	if (cu->stream)
 		CU_WARN(cudaStreamSynchronize(cu->stream));
+	cuda_comm_close(cu);
 	cuda_graphs_free(cu);
 	cuda_attention_close(cu);
+	cuda_moe_close(cu);
 	cuda_transfer_close(cu);
 	cuda_free_all(cu);
 	if (cu->blas)
@@ -87,12 +90,12 @@ static const struct kt_ops cuda_ops = {
 	cuda_swiglu,
 	cuda_add,
 	cuda_gather_rows,
-	NULL, /* moe_route */
-	NULL, /* moe_matmul */
-	NULL, /* moe_combine */
-	NULL, /* comm_open */
-	NULL, /* comm_id */
-	NULL, /* allreduce */
+	cuda_moe_route,
+	cuda_moe_matmul,
+	cuda_moe_combine,
+	cuda_comm_open,
+	cuda_comm_id,
+	cuda_allreduce,
 	cuda_sample,
 	cuda_graph,
 	cuda_copy,
@@ -238,6 +241,9 @@ int kt_cuda_open(const struct kt_config *c, struct kt_backend **out, char *err, 
 	rc = setup(cu, err, errlen);
 	if (!rc && (rc = cuda_attention_open(cu, c)))
 		atlas_errf(err, errlen, rc, "backend cuda: device %d: attention workspace: %s",
+			   cu->device, strerror(-rc));
+	if (!rc && (rc = cuda_moe_open(cu, c)))
+		atlas_errf(err, errlen, rc, "backend cuda: device %d: MoE workspace: %s",
 			   cu->device, strerror(-rc));
 	if (rc) {
 		cuda_close(&cu->base);

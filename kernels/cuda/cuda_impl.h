@@ -6,17 +6,19 @@
  * download, sample and synchronize (and, outside the step, weight and free).
  *
  * Device-side checks: an index that only the device sees (token ids, gather
- * indices, positions, sequence slots, block-table entries) is checked by the
- * kernel that reads it. A bad one never causes an out-of-bounds access: the
- * kernel skips the row or writes NaN, and sets its CUDA_FAULT_* bit in
+ * indices, positions, sequence slots, block-table entries, a MoE plan's
+ * order, offsets and slots) is checked by the kernel that reads it. A bad
+ * one never causes an out-of-bounds access: the kernel skips the row or
+ * writes NaN (or zeros), and sets its CUDA_FAULT_* bit in
  * cu->fault. The next sync point reads the bits, clears them, logs which ops
  * faulted and returns -EINVAL, so a step with bad metadata fails instead of
  * producing quiet garbage.
  *
  * No op allocates: the matmul activation workspace is made at open and grows
- * in weight() to the widest weight; the sampling buffers and the decode
- * attention's split partials are sized at open from kt_config; graphs are
- * instantiated by kt_graph outside the replayed steps.
+ * in weight() to the widest weight; the sampling buffers, the decode
+ * attention's split partials and moe_route's chunk counts are sized at open
+ * from kt_config; graphs are instantiated by kt_graph outside the replayed
+ * steps.
  */
 #ifndef ATLAS_KERNELS_CUDA_IMPL_H
 #define ATLAS_KERNELS_CUDA_IMPL_H
@@ -46,7 +48,18 @@ enum cuda_fault {
 	CUDA_FAULT_KV_STORE = 1u << 3,
 	CUDA_FAULT_ATTENTION = 1u << 4,
 	CUDA_FAULT_KV_STAGE = 1u << 5,
+	CUDA_FAULT_MOE_MATMUL = 1u << 6,
+	CUDA_FAULT_MOE_COMBINE = 1u << 7,
 };
+
+/* Most experts moe_route takes (E = logits cols): a warp holds a token's
+ * logits in registers, 32 per lane at most (cuda_moe_route.cu). */
+#define CUDA_MOE_MAX_E 1024
+
+/* Assignments per chunk of moe_route's counting sort when T*k is large;
+ * the workspace holds max_tokens * KT_MOE_MAX_K / CUDA_MOE_CHUNK chunks
+ * and a larger T*k takes longer chunks. */
+#define CUDA_MOE_CHUNK 256
 
 /* Copies of the swap tier in flight at once (cuda_transfer.cu): one event each. */
 #define CUDA_COPY_RING 1024
@@ -101,6 +114,13 @@ struct cuda_backend {
 	cudaEvent_t copy_events[CUDA_COPY_RING];
 	uint64_t copies_issued;     /* tickets handed out, 1.. */
 	uint64_t copies_done;       /* every ticket up to this one has finished */
+	/* MoE (cuda_moe_*.cu), made by cuda_moe_open: moe_route's per-chunk
+	 * expert counts, then each chunk's first sorted position per expert. */
+	int32_t *moe_hist;          /* device [moe_chunks, CUDA_MOE_MAX_E] */
+	int moe_chunks;             /* max_tokens * KT_MOE_MAX_K / CUDA_MOE_CHUNK, rounded up */
+	/* Expert parallelism (cuda_comm.cu): the NCCL communicator of
+	 * comm_open; statistics in base.comm. */
+	struct ncclComm *nccl;      /* owned; NULL before comm_open */
 };
 
 #define CUDA_BLAS_WS_BYTES ((size_t)32 << 20)
@@ -234,6 +254,33 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c);
 void cuda_attention_close(struct cuda_backend *cu);
 int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		const struct kt_sample_row *rows, int n, int32_t *ids);
+
+/* Mixture of experts (cuda_moe_route.cu, cuda_moe_matmul.cu,
+ * cuda_moe_combine.cu). cuda_moe_open, at open after the stream exists,
+ * makes moe_route's workspace from kt_config and raises the grouped GEMM's
+ * shared-memory limit; cuda_moe_close frees it (safe after a failed or
+ * missing open). */
+int cuda_moe_open(struct cuda_backend *cu, const struct kt_config *c);
+void cuda_moe_close(struct cuda_backend *cu);
+/* The grouped GEMM's shared-memory limit (cuda_moe_matmul.cu), for cuda_moe_open. */
+cudaError_t cuda_moe_gemm_prepare(void);
+int cuda_moe_route(struct kt_backend *be, const struct kt_tensor *ids, const struct kt_tensor *w,
+		   const struct kt_tensor *order, const struct kt_tensor *slot,
+		   const struct kt_tensor *offsets, const struct kt_tensor *logits, bool norm);
+int cuda_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		    const struct kt_tensor *w, const struct kt_tensor *order,
+		    const struct kt_tensor *offsets, int k, int e0);
+int cuda_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
+		     const struct kt_tensor *y, const struct kt_tensor *w,
+		     const struct kt_tensor *slot);
+
+/* Expert parallelism's communicator (cuda_comm.cu); cuda_comm_close
+ * destroys it at close (safe when none was opened). */
+int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
+		   size_t errlen);
+int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x);
+int cuda_comm_id(struct kt_backend *be, unsigned char *id);
+void cuda_comm_close(struct cuda_backend *cu);
 
 /* Graphs (cuda_graph.cu): kt_graph(), and freeing them all at close. */
 int cuda_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), void *ctx);

@@ -206,8 +206,9 @@ int cuda_synchronize(struct kt_backend *be)
 
 static void fault_names(unsigned f, char *buf, size_t len)
 {
-	static const char *const names[] = { "embed", "gather_rows", "rope", "kv_store",
-					     "attention", "kv_stage" };
+	static const char *const names[] = { "embed",    "gather_rows", "rope",
+					     "kv_store", "attention",   "kv_stage",
+					     "moe_matmul", "moe_combine" };
 	size_t n = 0;
 
 	buf[0] = 0;
@@ -219,7 +220,7 @@ static void fault_names(unsigned f, char *buf, size_t len)
 int cuda_sync_point(struct cuda_backend *cu)
 {
 	unsigned f;
-	char names[96];
+	char names[128];
 
 	CU_CHECK(cudaMemcpyAsync(cu->fault_host, cu->fault, sizeof(*cu->fault),
 				 cudaMemcpyDeviceToHost, cu->stream));
@@ -231,7 +232,7 @@ int cuda_sync_point(struct cuda_backend *cu)
 	CU_CHECK(cudaMemsetAsync(cu->fault, 0, sizeof(*cu->fault), cu->stream));
 	fault_names(f, names, sizeof names);
 	log_error("cuda: out-of-range index in the inputs of %s since the last sync point "
-		  "(ids, indices, positions, sequence slots or block tables)", names);
+		  "(ids, indices, positions, sequence slots, block tables or MoE plans)", names);
 	return -EINVAL;
 }
 
