@@ -7,7 +7,12 @@ Needs torch and transformers (written for transformers 5.17 / torch 2.11, also
 runs with 4.x), no network. Everything runs on the CPU, one thread, in
 eval mode, with eager attention, so that the output is deterministic:
 
-    python3 tools/ref/make_tiny_models.py --out tests/fidelity/models
+    python3 tools/ref/make_tiny_models.py --out tests/fidelity/models [--only NAME[,NAME]]
+
+(--only remakes the named models and leaves the others as they are.) The
+Qwen3-MoE models come from the sibling make_moe_models.py, which imports
+this script's helpers and writes the same layout; make_mtp_model.py makes
+qwen3_f32_mtp.
 
 For each model, OUT/<name>/ gets what save_pretrained writes (config.json,
 generation_config.json, model.safetensors or shards and their index) and
@@ -194,6 +199,18 @@ def make_model(spec, out_root):
     return out
 
 
+def parse_only(values, names):
+    """--only's names (given as NAME[,NAME] and/or several words) as a set,
+    all of names when none; an unknown name ends the script."""
+    if not values:
+        return set(names)
+    wanted = {n for v in values for n in v.split(",") if n}
+    unknown = sorted(wanted - set(names))
+    if unknown:
+        sys.exit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    return wanted
+
+
 def tree_bytes(path):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
@@ -201,13 +218,15 @@ def tree_bytes(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="tests/fidelity/models", help="output folder")
-    ap.add_argument("--only", nargs="*", help="names of the models to make (default: all)")
+    ap.add_argument("--only", nargs="*", metavar="NAME[,NAME]",
+                    help="names of the models to make (default: all)")
     args = ap.parse_args()
+    names = parse_only(args.only, [spec["name"] for spec in MODELS])
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     os.makedirs(args.out, exist_ok=True)
     for spec in MODELS:
-        if args.only and spec["name"] not in args.only:
+        if spec["name"] not in names:
             continue
         path = make_model(spec, args.out)
         with open(os.path.join(path, "ref", "ref.json")) as f:
