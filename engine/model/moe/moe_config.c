@@ -36,7 +36,9 @@ int moe_parse_config(const struct hf_json *f, struct model_config *c, char *err,
 	json_t *r = f->root;
 	int step, rc;
 
-	if ((rc = hf_int(f, r, "num_experts", true, 0, &c->n_experts, err, errlen)) ||
+	/* transformers 5.x spells the count num_local_experts, 4.x num_experts. */
+	const char *experts = hf_get(r, "num_experts") ? "num_experts" : "num_local_experts";
+	if ((rc = hf_int(f, r, experts, true, 0, &c->n_experts, err, errlen)) ||
 	    (rc = hf_int(f, r, "num_experts_per_tok", true, 0, &c->n_experts_per_tok, err,
 			 errlen)) ||
 	    (rc = hf_int(f, r, "moe_intermediate_size", true, 0, &c->moe_intermediate_size, err,
