@@ -385,8 +385,8 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	if ((rc = exec_open_joined(c, EXEC_MODEL, engine_seq_slots(c), &lim,
 				   e->ep ? ep_head_join : NULL, e->ep, &e->x, err, errlen)))
 		return rc;
-	if (e->ep && (rc = ep_head_attach(e->ep, &e->x->pool, &e->x->lim)))
-		return atlas_errf(err, errlen, rc, "ep: out of memory");
+	if (e->ep && (rc = ep_head_attach(e->ep, &e->x->pool, &e->x->lim, err, errlen)))
+		return rc;
 	e->mc = e->x->mc;
 	e->vocab = e->x->geo.vocab;
 	e->context = e->x->geo.context;

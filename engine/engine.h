@@ -264,6 +264,10 @@ struct atlas_engine_stats {
 	uint64_t step_weight_bytes;       /* weights one decode step reads (an untied
 					   * input embedding only by row: not counted) */
 	uint64_t kv_bytes_per_token;      /* K and V of one position, all layers */
+	uint64_t expert_bytes;            /* of step_weight_bytes, the experts of MoE layers
+					   * (this rank's): a token reads experts_per_token of
+					   * each layer's experts */
+	int experts, experts_per_token;   /* 0, 0 without MoE layers */
 	int layers, hidden_size, heads, kv_heads, head_dim, vocab_size, context;
 	uint64_t sessions, turns_total, prompt_tokens_total, generated_tokens_total;
 	uint64_t steps_total, step_tokens_total;

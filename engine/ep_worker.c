@@ -210,7 +210,8 @@ rejoin:
 			 rc ? strerror(-rc) : "the head said BYE");
 		close(w->fd);
 		w->fd = -1;
-		if ((rc = join(w, err, errlen)))
+		if ((rc = join(w, err, errlen)) ||
+		    (rc = ep_send_msg(w->fd, EP_READY, NULL, 0, w->timeout_ms)))
 			return rc;
 	}
 }
@@ -236,6 +237,10 @@ int atlas_ep_worker_run(const struct atlas_config *cfg, int rank, char *err, siz
 			      &w.x, err, errlen);
 	if (!rc && (rc = step_cmd_alloc(&w.cmd, &w.x->lim)))
 		atlas_errf(err, errlen, rc, "out of memory");
+	if (rc && w.fd >= 0)
+		report(&w, rc, err);
+	if (!rc)
+		rc = ep_send_msg(w.fd, EP_READY, NULL, 0, w.timeout_ms);
 	if (!rc) {
 		log_info("ep: rank %d of %d serving %s on %s", rank, cfg->ep, w.cfg.model,
 			 w.be->info.name);

@@ -91,6 +91,9 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->kv_bytes = (uint64_t)e->x->pool.kv.n_blocks * e->x->pool.kv.bytes_per_block;
 	o->step_weight_bytes = e->x->info.device_bytes - e->x->info.lookup_only_bytes;
 	o->kv_bytes_per_token = e->x->pool.kv.bytes_per_block / (uint64_t)e->x->pool.kv.block_size;
+	o->expert_bytes = e->x->info.expert_bytes;
+	o->experts = mc->n_experts;
+	o->experts_per_token = mc->n_experts_per_tok;
 	o->layers = mc->n_layers;
 	o->hidden_size = mc->hidden_size;
 	o->heads = mc->n_heads;

@@ -42,9 +42,11 @@ int ep_head_open(const struct atlas_config *c, struct ep_head **out, char *err, 
 /* exec_join_fn (ctx: the head): wait up to ep_join_timeout for every
  * worker, then start the first epoch on backend be. */
 int ep_head_join(void *head, struct kt_backend *be, char *err, size_t errlen);
-/* Record pool's KV copies for the workers from now on, and size the
- * message buffer for commands up to l. */
-int ep_head_attach(struct ep_head *h, struct seq_pool *pool, const struct step_limits *l);
+/* Once the head's model is loaded: record pool's KV copies for the
+ * workers from now on, size the message buffer for commands up to l, and
+ * wait (ep_join_timeout) until every worker has loaded its model. */
+int ep_head_attach(struct ep_head *h, struct seq_pool *pool, const struct step_limits *l,
+		   char *err, size_t errlen);
 /* Send command c (and the copies recorded since the last one) to every
  * worker. -EHOSTDOWN when the group is down (err says why). */
 int ep_head_step(struct ep_head *h, const struct step_cmd *c, char *err, size_t errlen);

@@ -231,9 +231,31 @@ static void missing(const struct ep_head *h, char *buf, size_t len)
 			n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", r);
 }
 
+/* Wait for rank r's READY: its model is loaded and its communicator open
+ * (a FAIL says why not). */
+static int recv_ready(struct ep_head *h, int r, int timeout_ms, char *err, size_t errlen)
+{
+	struct ep_header hd;
+	char msg[1025] = { 0 };
+	int rc = ep_recv_header(h->ranks[r].fd, &hd, timeout_ms, err, errlen);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "ep: rank %d did not say it is ready: %s", r,
+				  strerror(-rc));
+	if (hd.type == EP_READY && hd.bytes == 0)
+		return 0;
+	if (hd.type == EP_FAIL && hd.bytes >= 4 && hd.bytes <= 1024 &&
+	    !ep_recv_all(h->ranks[r].fd, msg, hd.bytes, timeout_ms))
+		return atlas_errf(err, errlen, -EHOSTDOWN, "ep: rank %d failed: %.400s", r, msg + 4);
+	return atlas_errf(err, errlen, -EPROTO, "ep: rank %d sent message %u, not READY", r,
+			  hd.type);
+}
+
 /* Start the next epoch with every worker READY (under lock, which it
- * drops while it waits for the communicator connections). */
-static int start_epoch(struct ep_head *h, char *err, size_t errlen)
+ * drops while it waits for the communicator connections). wait_ready:
+ * the workers have their models already and say READY once their
+ * communicators are open (at the first epoch they load first, and
+ * ep_head_attach waits for it). */
+static int start_epoch(struct ep_head *h, bool wait_ready, char *err, size_t errlen)
 {
 	struct kt_comm_spec spec = { .rank = 0, .n_ranks = h->n_ranks,
 				     .timeout_ms = h->timeout_ms };
@@ -284,6 +306,10 @@ static int start_epoch(struct ep_head *h, char *err, size_t errlen)
 	}
 	if (rc)
 		return rc;
+	for (int r = 1; r < h->n_ranks && wait_ready && !rc; r++)
+		rc = recv_ready(h, r, h->timeout_ms, err, errlen);
+	if (rc)
+		return rc;
 	for (int r = 1; r < h->n_ranks; r++)
 		h->ranks[r].state = RANK_UP;
 	h->up = true;
@@ -331,22 +357,29 @@ int ep_head_join(void *head, struct kt_backend *be, char *err, size_t errlen)
 				  "`atlasd --worker RANK` and the same configuration)", list,
 				  h->cfg.ep_address, h->cfg.ep_join_timeout);
 	}
-	rc = start_epoch(h, err, errlen);
+	rc = start_epoch(h, false, err, errlen);
 	pthread_mutex_unlock(&h->lock);
 	return rc;
 }
 
-int ep_head_attach(struct ep_head *h, struct seq_pool *pool, const struct step_limits *l)
+int ep_head_attach(struct ep_head *h, struct seq_pool *pool, const struct step_limits *l,
+		   char *err, size_t errlen)
 {
 	const struct step_cmd most = { .n_seqs = l->max_seqs, .n_rows = l->max_rows,
 				       .n_out = l->max_out, .n_table = l->max_table };
 	h->cap = 4 + 12 * (size_t)h->journal.cap + step_wire_size(&most);
 	h->buf = malloc(h->cap);
 	if (!h->buf)
-		return -ENOMEM;
+		return atlas_errf(err, errlen, -ENOMEM, "ep: out of memory");
 	pool->kv.journal = &h->journal;
 	pool->state.journal = &h->journal;
-	return 0;
+	/* The first epoch's workers load their models meanwhile. */
+	pthread_mutex_lock(&h->lock);
+	int rc = 0;
+	for (int r = 1; r < h->n_ranks && !rc; r++)
+		rc = recv_ready(h, r, h->join_timeout_ms, err, errlen);
+	pthread_mutex_unlock(&h->lock);
+	return rc;
 }
 
 /* End the epoch (under lock): rank `gone` (or none, -1) is lost with why;
@@ -472,7 +505,7 @@ int ep_head_resume(struct ep_head *h, char *err, size_t errlen)
 	int rc = 0;
 	pthread_mutex_lock(&h->lock);
 	if (!h->up)
-		rc = all_ready(h) ? start_epoch(h, err, errlen) : -EAGAIN;
+		rc = all_ready(h) ? start_epoch(h, true, err, errlen) : -EAGAIN;
 	if (rc && rc != -EAGAIN) {
 		log_error("ep: the next epoch did not start: %s", err);
 		for (int r = 1; r < h->n_ranks; r++) {

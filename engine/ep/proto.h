@@ -13,7 +13,9 @@
  *   REFUSE   head -> worker   text: why (a mismatch, a rank taken)
  *   STEP     head -> worker   u32 n_copies, n_copies x (i32 kind, dst, src),
  *                             then a step command's byte form (step wire.c)
- *   FAIL     worker -> head   i32 errno, text
+ *   READY    worker -> head   (empty) its model is loaded and its communicator
+ *                             open: it runs steps from now on
+ *   FAIL     worker -> head   i32 errno, text: a step (or loading) failed
  *   BYE      head -> worker   the epoch ends (atlasd stops, or a rank was
  *                             lost): the worker joins again
  *
@@ -37,7 +39,7 @@
  * limits fits well within it). */
 #define EP_PAYLOAD_MAX (64u << 20)
 
-enum ep_msg { EP_HELLO = 1, EP_WELCOME, EP_REFUSE, EP_STEP, EP_FAIL, EP_BYE, EP_COMM };
+enum ep_msg { EP_HELLO = 1, EP_WELCOME, EP_REFUSE, EP_STEP, EP_FAIL, EP_BYE, EP_COMM, EP_READY };
 
 struct ep_header {
 	uint32_t magic;

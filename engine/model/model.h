@@ -95,6 +95,8 @@ struct model_info {
 	uint64_t file_bytes;            /* bytes of weight data in the files */
 	uint64_t device_bytes;          /* bytes the backend holds for weights */
 	uint64_t lookup_only_bytes;     /* of those, an untied input embedding: read by row only */
+	uint64_t expert_bytes;          /* of those, the MoE layers' experts (this rank's): a
+					 * token reads k of each layer's E */
 	char dtype[16];                 /* dtype of the weights in the files */
 };
 

@@ -42,7 +42,7 @@
 #define SHAPE "qwen3-moe-test"
 #define N_SESSIONS 4
 #define NEW_TOKENS 12
-#define TIMEOUT_S 2.0               /* ep_timeout of the fault tests */
+#define TIMEOUT_S 3.0               /* ep_timeout of the fault tests */
 
 static const int prompt_len[N_SESSIONS] = { 40, 3, 75, 1 };
 
@@ -82,6 +82,7 @@ static void config(struct atlas_config *c, int ep, int port)
 	c->chunk_size = 32;
 	c->context = 256;
 	c->spec = ATLAS_SPEC_OFF;
+	c->kv_memory = 4u << 20;
 }
 
 static const char *atlasd;          /* argv[1]: the atlasd that workers run */
@@ -95,9 +96,10 @@ static pid_t start_worker(const struct atlas_config *c, int rank)
 	snprintf(opts, sizeof opts,
 		 "model=%s,load_format=%s,backend=%s,threads=%d,ep=%d,ep_address=%s,"
 		 "ep_timeout=%g,ep_join_timeout=%g,max_batch=%d,chunk_size=%d,context=%d,"
-		 "kv_block_size=%d,spec=off,log_level=warn", c->model, c->load_format, c->backend,
-		 c->threads, c->ep, c->ep_address, c->ep_timeout, c->ep_join_timeout, c->max_batch,
-		 c->chunk_size, c->context, c->kv_block_size);
+		 "kv_block_size=%d,kv_memory=%llu,spec=off,log_level=warn", c->model,
+		 c->load_format, c->backend, c->threads, c->ep, c->ep_address, c->ep_timeout,
+		 c->ep_join_timeout, c->max_batch, c->chunk_size, c->context, c->kv_block_size,
+		 (unsigned long long)c->kv_memory);
 	snprintf(r, sizeof r, "%d", rank);
 	fflush(NULL);
 	pid_t pid = fork();

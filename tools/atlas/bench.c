@@ -35,6 +35,7 @@ static const char usage[] =
 	CLI_CONFIG_HELP
 	"  --dummy-weights     random weights of a known shape instead of model files\n"
 	"  --arch A            with --dummy-weights: qwen3 (default), llama or atlas\n"
+	"                      (qwen3 --shape 30b-a3b, 235b-a22b-8l: Qwen3-MoE)\n"
 	"  --shape S           with --dummy-weights: qwen3 0.6b 1.7b 4b 8b 14b,\n"
 	"                      llama 3.2-1b 3.2-3b 3.1-8b, atlas tiny (default 0.6b)\n"
 	"  --prompt-tokens N,...\n"
@@ -500,6 +501,9 @@ static int run(struct bench *b)
 	b->block_size = st->kv.block_size;
 	b->bound.step_weight_bytes = st->step_weight_bytes;
 	b->bound.kv_bytes_per_token = st->kv_bytes_per_token;
+	b->bound.expert_bytes = st->expert_bytes;
+	b->bound.experts = st->experts;
+	b->bound.experts_per_token = st->experts_per_token;
 	free(st);
 	b->rng = 0x9e3779b97f4a7c15ull;
 	/* A first short run pages the weights in and records the first graph; it

@@ -30,6 +30,8 @@ struct bench_bound {
 	double bandwidth;               /* bytes/s, device copy (read + write), 0 = unknown */
 	uint64_t step_weight_bytes;
 	uint64_t kv_bytes_per_token;
+	uint64_t expert_bytes;          /* of step_weight_bytes, MoE experts */
+	int experts, experts_per_token;
 	double host_bandwidth;          /* bytes/s host to device (pinned), 0 = not measured */
 };
 

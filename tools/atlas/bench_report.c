@@ -6,7 +6,10 @@
  * every weight once (an untied input embedding only by row) and each
  * sequence's K and V, so bytes/token = (W + B * L * kv) / B and the bound is
  * bandwidth / (bytes/token) tokens per second. L is the context in the middle
- * of the measured tokens. The bandwidth is that of a device-to-device copy,
+ * of the measured tokens. A mixture-of-experts model's W counts of each
+ * layer's E experts those the B tokens touch: k of them at B = 1 (exact),
+ * E (1 - (1 - k/E)^B) at B (the expectation when routing is uniform, as the
+ * dummy weights' is near enough). The bandwidth is that of a device-to-device copy,
  * bytes read plus bytes written: the rate at which kernels can stream data.
  *
  * A decode row whose sessions' older KV is on the host tier (streamed
@@ -14,6 +17,7 @@
  * token and the share of the measured host-to-device bandwidth they reach.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,15 @@
 #define COPY_BYTES_CUDA ((int64_t)1 << 30)
 #define COPY_BYTES_CPU ((int64_t)256 << 20)
 #define COPY_REPS 10
+
+/* Weight bytes one decode step of B sequences reads (see the top). */
+static double step_weights(const struct bench_bound *b, int B)
+{
+	if (!b->experts)
+		return (double)b->step_weight_bytes;
+	const double share = 1.0 - pow(1.0 - (double)b->experts_per_token / b->experts, B);
+	return (double)(b->step_weight_bytes - b->expert_bytes) + share * (double)b->expert_bytes;
+}
 
 static int timed_copies(struct kt_backend *be, int64_t bytes, double *bw)
 {
@@ -123,7 +136,7 @@ void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound,
 		fprintf(table, "backend    %s on %s\n", st->backend, st->device);
 		fprintf(table, "memory     weights %.2f GiB (a decode step reads %.2f GiB), KV pool "
 			"%.2f GiB, %llu bytes per token\n", (double)st->weights_bytes / (1 << 30),
-			(double)st->step_weight_bytes / (1 << 30), (double)st->kv_bytes / (1 << 30),
+			step_weights(bound, 1) / (1 << 30), (double)st->kv_bytes / (1 << 30),
 			(unsigned long long)st->kv_bytes_per_token);
 		fprintf(table, "bandwidth  %.0f GB/s (device copy, read + write)", bound->bandwidth / 1e9);
 		if (bound->host_bandwidth > 0)
@@ -150,7 +163,7 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 	double per_token = 0, limit = 0;
 	if (!strcmp(r->test, "decode") && bound->bandwidth > 0) {
 		double mid = r->context + gen_tokens / 2.0;
-		per_token = ((double)bound->step_weight_bytes +
+		per_token = (step_weights(bound, r->batch) +
 			     r->batch * mid * (double)bound->kv_bytes_per_token) / r->batch;
 		limit = bound->bandwidth / per_token;
 	}

@@ -84,5 +84,8 @@ int moe_bind_layer(struct model *m, const char *prefix, int l, struct moe_layer 
 				      errlen);
 	}
 	free(parts);
+	if (!rc)
+		m->info.expert_bytes += kt_nbytes(&w->w_gate) + kt_nbytes(&w->w_up) +
+					kt_nbytes(&w->w_down);
 	return rc;
 }
