@@ -313,7 +313,9 @@ struct kt_ops {
 	 * copy before it) has finished; ticket 0 is a no-op. Never waits on the
 	 * host. */
 	int (*copy_wait)(struct kt_backend *be, uint64_t ticket);
-	/* out = silu(gate) * up   all [T, I] f32 (out may be gate) */
+	/* out = silu(gate) * up   all [T, I] f32 (out may be gate). up NULL:
+	 * gate [T, 2I] holds each row's gate in its first I columns and its up
+	 * in the last I (a fused gate_up product), out [T, I] apart from it. */
 	int (*swiglu)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 		      const struct kt_tensor *up);
 	/* y += x   both [R, D] f32 */

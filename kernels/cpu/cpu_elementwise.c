@@ -72,6 +72,21 @@ int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct 
 	const float *g, *u;
 	int64_t n;
 
+	if (!up) {
+		if (!cpu_valid(gate, KT_F32) || gate->cols % 2 ||
+		    !cpu_shape(out, KT_F32, gate->rows, gate->cols / 2) || cpu_overlap(out, gate))
+			return -EINVAL;
+		const int64_t I = out->cols, R = out->rows;
+		o = out->data;
+		g = gate->data;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * I > CPU_PAR_MIN)
+		for (int64_t r = 0; r < R; r++)
+			for (int64_t i = 0; i < I; i++) {
+				const float gi = g[r * 2 * I + i];
+				o[r * I + i] = gi / (1.0f + expf(-gi)) * g[r * 2 * I + I + i];
+			}
+		return 0;
+	}
 	if (!cpu_valid(gate, KT_F32) || !cpu_shape(up, KT_F32, gate->rows, gate->cols) ||
 	    !cpu_shape(out, KT_F32, gate->rows, gate->cols))
 		return -EINVAL;

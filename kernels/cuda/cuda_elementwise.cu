@@ -90,6 +90,19 @@ __global__ void swiglu_kernel(float *o, const float *g, const float *u, int64_t 
 	}
 }
 
+/* o[r, i] = silu(gu[r, i]) * gu[r, I + i]: gu [R, 2I] a fused gate_up row,
+ * o [R, I]; n = R * I. */
+__global__ void swiglu_halves_kernel(float *o, const float *gu, int64_t I, int64_t n)
+{
+	for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
+	     j += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = j / I, i = j % I;
+		float gi = gu[r * 2 * I + i];
+
+		o[j] = gi / (1.0f + expf(-gi)) * gu[r * 2 * I + I + i];
+	}
+}
+
 __global__ void add_kernel(float *y, const float *x, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -103,6 +116,20 @@ int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct
 	struct cuda_backend *cu = cu_of(be);
 	int64_t n;
 
+	if (!up) {
+		if (!cu_valid(gate, KT_F32) || gate->cols % 2 ||
+		    !cu_shape(out, KT_F32, gate->rows, gate->cols / 2) || !cu_same_or_apart(out, gate) ||
+		    out->data == gate->data)
+			return -EINVAL;
+		n = out->rows * out->cols;
+		if (!n)
+			return 0;
+		CU_CHECK(cu_enter(cu));
+		swiglu_halves_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (const float *)gate->data, out->cols, n);
+		CU_LAUNCHED();
+		return 0;
+	}
 	if (!cu_valid(gate, KT_F32) || !cu_shape(up, KT_F32, gate->rows, gate->cols) ||
 	    !cu_shape(out, KT_F32, gate->rows, gate->cols))
 		return -EINVAL;

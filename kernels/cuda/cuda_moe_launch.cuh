@@ -6,8 +6,10 @@
  * routed over) and N alone, never from the plan, so a step records into a
  * graph once. R / E is the rows of an average expert:
  *  - up to MOE_GEMV_ROWS: the grouped GEMV (cuda_moe_gemv.cuh), in tiles
- *    of 8 rows up to MOE_GEMV_ROWS8 an expert, 16 above (with 16 weight rows
- *    a block from N >= MOE_GEMV_NT2_MIN_N, as the dense GEMV);
+ *    of 16 rows with 16 weight rows a block: on the H200 (2026-11-24,
+ *    dev/cuda/moe_bench, qwen3-30b-a3b's experts) the fastest of the four
+ *    GEMV variants at T = 1, 8 and 64, both products: 60 / 46 % of the copy
+ *    bandwidth at T = 1 (8-row tiles: 57 / 39 %), 80 / 54 % at T = 8;
  *  - more: the grouped GEMM (cuda_moe_gemm.cuh), in tiles of 128 rows from
  *    MOE_GEMM_ROWS128 an expert, 64 below: an expert's last tile is partly
  *    empty, and at 128 rows on average (T = 2048, top-8 of 128) 64-row
@@ -26,8 +28,6 @@
 #include "kernels/cuda/cuda_moe_gemv.cuh"
 
 #define MOE_GEMV_ROWS 8
-#define MOE_GEMV_ROWS8 4
-#define MOE_GEMV_NT2_MIN_N 2048
 #define MOE_GEMM_ROWS128 256
 
 /* The grouped GEMV takes R rows over E experts (else the GEMM). */
@@ -42,16 +42,9 @@ static cudaError_t moe_launch(cudaStream_t stream, float *y, const float *x,
 			      int R, int N, int K, int k, int E, int e0, int n_local,
 			      unsigned *fault)
 {
-	if (moe_takes_gemv(R, E)) {
-		if (R <= (int64_t)MOE_GEMV_ROWS8 * E)
-			return moe_gemv_launch<1, 8>(stream, y, x, w, order, offsets, R, N, K, k,
-						     e0, n_local, fault);
-		if (N < MOE_GEMV_NT2_MIN_N)
-			return moe_gemv_launch<1, 16>(stream, y, x, w, order, offsets, R, N, K, k,
-						      e0, n_local, fault);
+	if (moe_takes_gemv(R, E))
 		return moe_gemv_launch<2, 16>(stream, y, x, w, order, offsets, R, N, K, k, e0,
 					      n_local, fault);
-	}
 	if (R >= (int64_t)MOE_GEMM_ROWS128 * E)
 		return moe_gemm_launch<128>(stream, y, x, w, order, offsets, R, N, K, k, e0,
 					    n_local, fault);

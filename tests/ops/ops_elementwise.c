@@ -1,5 +1,6 @@
 /* Cases of the elementwise ops: swiglu (out = silu(gate) · up) and add
- * (y += x), out of place and in place, and their refusals.
+ * (y += x), out of place and in place, swiglu of the halves of fused
+ * gate_up rows, and their refusals.
  *
  * Reference: swiglu in double within 1e-5 of |ref|; add within 1e-7 of
  * |x| + |y| and x += x exactly 2x. Against the cpu: add is bitwise (one f32
@@ -16,11 +17,13 @@ struct swiglu_params {
 	int T, I;
 	float mag;       /* of gate: silu's tails and its middle */
 	bool in_place;   /* out = gate */
+	bool halves;     /* up NULL: gate [T, 2I] holds gate | up per row */
 	double pair_tol; /* max_abs against the cpu; 0: 4e-6 */
 };
 
 struct ew_in {
 	float *a, *b; /* swiglu: gate, up; add: y, x */
+	float *gu;    /* swiglu halves: [T, 2I] gate | up */
 };
 
 struct ew_out {
@@ -38,6 +41,16 @@ static void *swiglu_build(struct op_run *r, const void *params, const struct op_
 	in->b = op_floats(r, n);
 	op_fill(r, in->a, n, p->mag);
 	op_fill(r, in->b, n, 1.0f);
+	if (p->halves) {
+		/* The same values as one [T, 2I] tensor: row t = gate row | up row. */
+		in->gu = op_floats(r, 2 * n);
+		for (int t = 0; t < p->T; t++)
+			for (int i = 0; i < p->I; i++) {
+				in->gu[(size_t)t * 2 * p->I + (size_t)i] = in->a[(size_t)t * p->I + i];
+				in->gu[(size_t)t * 2 * p->I + p->I + (size_t)i] =
+					in->b[(size_t)t * p->I + i];
+			}
+	}
 	return in;
 }
 
@@ -47,6 +60,13 @@ static void *swiglu_run(struct op_run *r, const void *params, const void *input,
 	const struct swiglu_params *p = params;
 	const struct ew_in *in = input;
 	struct ew_out *o = op_alloc(r, sizeof(*o));
+	if (p->halves) {
+		struct kt_tensor gu = op_tensor(r, b, KT_F32, p->T, 2 * (int64_t)p->I, in->gu);
+		struct kt_tensor out = op_tensor(r, b, KT_F32, p->T, p->I, NULL);
+		o->rc = kt_swiglu(b->be, &out, &gu, NULL);
+		o->out = op_get(r, b, &out);
+		return o;
+	}
 	struct kt_tensor g = op_tensor(r, b, KT_F32, p->T, p->I, in->a);
 	struct kt_tensor u = op_tensor(r, b, KT_F32, p->T, p->I, in->b);
 	struct kt_tensor out = p->in_place ? g : op_tensor(r, b, KT_F32, p->T, p->I, NULL);
@@ -238,6 +258,8 @@ static const struct op_case cases[] = {
 	SWIGLU("swiglu T=7 I=1000 gate 6 in place", .T = 7, .I = 1000, .mag = 6.0f,
 	       .in_place = true),
 	SWIGLU("swiglu T=33 I=129 gate 6", .T = 33, .I = 129, .mag = 6.0f),
+	SWIGLU("swiglu halves T=1 I=768 gate 6", .T = 1, .I = 768, .mag = 6.0f, .halves = true),
+	SWIGLU("swiglu halves T=37 I=129 gate 6", .T = 37, .I = 129, .mag = 6.0f, .halves = true),
 	SWIGLU("swiglu T=33 I=129 gate 6 in place", .T = 33, .I = 129, .mag = 6.0f,
 	       .in_place = true),
 	ADD("add R=5 D=333", .R = 5, .D = 333),

@@ -41,6 +41,7 @@
 	X(ops_attention_parts) \
 	X(ops_sample) \
 	X(ops_moe) \
+	X(ops_comm) \
 	X(ops_graph)
 
 #define DECLARE(name) extern const struct op_list name;

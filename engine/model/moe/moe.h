@@ -7,7 +7,7 @@
  *   logits = xn · Wrᵀ                          [T, E]
  *   ids, w, plan = route(logits)               top k per token; the T*k
  *                                              assignments sorted by expert
- *   gate = xn[tok] · Wg_eᵀ, up = xn[tok] · Wu_eᵀ   [T*k, I] in expert order
+ *   gate | up = xn[tok] · [Wg_e; Wu_e]ᵀ        [T*k, 2I] in expert order
  *   y = (silu(gate) * up) · Wd_eᵀ              [T*k, H]
  *   y = sum over ranks of y                    expert parallelism only
  *   out[t] = Σ_j w[t, j] · y[slot(t, j)]       j = 0 .. k-1 in order
@@ -36,8 +36,9 @@ struct hf_json;
  * moe_intermediate_size; n_local experts of this rank, from e0. */
 struct moe_layer {
 	struct kt_tensor router;        /* [E, H] mlp.gate.weight */
-	struct kt_tensor w_gate, w_up;  /* [n_local * I, H] the local experts' gate_proj and
-					 * up_proj, expert e at rows (e - e0) * I */
+	struct kt_tensor w_gate_up;     /* [n_local * 2I, H] the local experts' gate_proj and
+					 * up_proj, expert e's at rows (e - e0) * 2I: its
+					 * gate's I rows, then its up's (one product) */
 	struct kt_tensor w_down;        /* [n_local * H, I] their down_proj */
 };
 
@@ -48,7 +49,8 @@ struct moe_scratch {
 	struct kt_tensor w;             /* [M, k] f32 their weights */
 	struct kt_tensor order, slot;   /* [M * k, 1] i32 the plan (kt moe_route) */
 	struct kt_tensor offsets;       /* [E + 1, 1] i32 */
-	struct kt_tensor gate, up;      /* [M * k, I] f32, in expert order */
+	struct kt_tensor gate_up;       /* [M * k, 2I] f32, in expert order */
+	struct kt_tensor act;           /* [M * k, I] f32 silu(gate) * up */
 	struct kt_tensor y;             /* [M * k, H] f32 each assignment's expert output */
 };
 

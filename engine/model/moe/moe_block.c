@@ -37,8 +37,8 @@ int moe_alloc_scratch(struct model *m, struct moe_scratch *s, char *err, size_t 
 	    (rc = alloc(be, KT_I32, M * k, 1, &s->order, "order", err, errlen)) ||
 	    (rc = alloc(be, KT_I32, M * k, 1, &s->slot, "slot", err, errlen)) ||
 	    (rc = alloc(be, KT_I32, E + 1, 1, &s->offsets, "offsets", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M * k, I, &s->gate, "gate", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M * k, I, &s->up, "up", err, errlen)) ||
+	    (rc = alloc(be, KT_F32, M * k, 2 * I, &s->gate_up, "gate_up", err, errlen)) ||
+	    (rc = alloc(be, KT_F32, M * k, I, &s->act, "act", err, errlen)) ||
 	    (rc = alloc(be, KT_F32, M * k, H, &s->y, "y", err, errlen)))
 		return rc;
 	return 0;
@@ -47,7 +47,7 @@ int moe_alloc_scratch(struct model *m, struct moe_scratch *s, char *err, size_t 
 void moe_free_scratch(struct model *m, struct moe_scratch *s)
 {
 	struct kt_tensor *all[] = { &s->logits, &s->ids, &s->w, &s->order, &s->slot,
-				    &s->offsets, &s->gate, &s->up, &s->y };
+				    &s->offsets, &s->gate_up, &s->act, &s->y };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
@@ -66,17 +66,16 @@ static int block_rows(struct model *m, const struct moe_layer *w, const struct m
 	const struct kt_tensor logits = kt_rows(s->logits, 0, n), ids = kt_rows(s->ids, 0, n);
 	const struct kt_tensor wt = kt_rows(s->w, 0, n);
 	const struct kt_tensor order = kt_rows(s->order, 0, nk), slot = kt_rows(s->slot, 0, nk);
-	const struct kt_tensor gate = kt_rows(s->gate, 0, nk), up = kt_rows(s->up, 0, nk);
+	const struct kt_tensor gate_up = kt_rows(s->gate_up, 0, nk), act = kt_rows(s->act, 0, nk);
 	const struct kt_tensor y = kt_rows(s->y, 0, nk);
 	int e0, n_local;
 
 	moe_shard(m, &e0, &n_local);
 	TRY(kt_matmul(be, &logits, &xn, &w->router, NULL));
 	TRY(kt_moe_route(be, &ids, &wt, &order, &slot, &s->offsets, &logits, c->norm_topk_prob));
-	TRY(kt_moe_matmul(be, &gate, &xn, &w->w_gate, &order, &s->offsets, k, e0));
-	TRY(kt_moe_matmul(be, &up, &xn, &w->w_up, &order, &s->offsets, k, e0));
-	TRY(kt_swiglu(be, &gate, &gate, &up));
-	TRY(kt_moe_matmul(be, &y, &gate, &w->w_down, &order, &s->offsets, 0, e0));
+	TRY(kt_moe_matmul(be, &gate_up, &xn, &w->w_gate_up, &order, &s->offsets, k, e0));
+	TRY(kt_swiglu(be, &act, &gate_up, NULL));
+	TRY(kt_moe_matmul(be, &y, &act, &w->w_down, &order, &s->offsets, 0, e0));
 	if (be->comm.n_ranks > 1)
 		TRY(kt_allreduce(be, &y));
 	return kt_moe_combine(be, &out, &y, &wt, &slot);

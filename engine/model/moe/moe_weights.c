@@ -5,7 +5,8 @@
  *                                   <p>.mlp.experts.<e>.up_proj.weight    [I, H]
  *                                   <p>.mlp.experts.<e>.down_proj.weight  [H, I]
  *   fused (transformers 5.x)        <p>.mlp.experts.gate_up_proj          [E, 2I, H]
- *                                   (rows [0, I) gate, [I, 2I) up)
+ *                                   (rows [0, I) gate, [I, 2I) up: the
+ *                                   layout atlas keeps in both cases)
  *                                   <p>.mlp.experts.down_proj             [E, H, I]
  *
  * with <p> = <prefix>.<l>, and the router <p>.mlp.gate.weight [E, H] in
@@ -30,29 +31,44 @@ static bool fused_layout(struct model *m, const char *p)
 	return st_find(m->st, name) != NULL;
 }
 
-/* The parts of one stack: projection proj ("gate_proj", "up_proj",
- * "down_proj") of experts e0 .. e0 + n - 1 in the layout of the files. */
-static void expert_parts(const struct model_config *c, const char *p, bool fused,
-			 const char *proj, int e0, int n, struct model_part *parts)
+/* The parts of the gate_up stack of experts e0 .. e0 + n - 1: each
+ * expert's [2I, H] slice of the fused tensor, or its gate_proj and up_proj
+ * one after the other (2n parts of I rows). Returns the parts written. */
+static int gate_up_parts(const struct model_config *c, const char *p, bool fused, int e0, int n,
+			 struct model_part *parts)
 {
-	const int64_t I = c->moe_intermediate_size, H = c->hidden_size;
-	const bool down = proj[0] == 'd';
+	const int64_t I = c->moe_intermediate_size;
 
 	for (int i = 0; i < n; i++) {
-		struct model_part *q = &parts[i];
-		if (!fused) {
-			snprintf(q->name, sizeof q->name, "%s.mlp.experts.%d.%s.weight", p, e0 + i,
-				 proj);
-			q->slice = -1;
-			q->n_slices = q->full_rows = q->row0 = 0;
+		if (fused) {
+			parts[i] = (struct model_part){ .slice = e0 + i, .n_slices = c->n_experts,
+							.full_rows = 2 * I };
+			snprintf(parts[i].name, sizeof parts[i].name, "%s.mlp.experts.gate_up_proj", p);
 			continue;
 		}
-		snprintf(q->name, sizeof q->name, "%s.mlp.experts.%s", p,
-			 down ? "down_proj" : "gate_up_proj");
-		q->slice = e0 + i;
-		q->n_slices = c->n_experts;
-		q->full_rows = down ? H : 2 * I;
-		q->row0 = proj[0] == 'u' ? I : 0;
+		for (int j = 0; j < 2; j++) {
+			struct model_part *q = &parts[2 * i + j];
+			*q = (struct model_part){ .slice = -1 };
+			snprintf(q->name, sizeof q->name, "%s.mlp.experts.%d.%s.weight", p, e0 + i,
+				 j ? "up_proj" : "gate_proj");
+		}
+	}
+	return fused ? n : 2 * n;
+}
+
+/* The parts of the down stack of experts e0 .. e0 + n - 1. */
+static void down_parts(const struct model_config *c, const char *p, bool fused, int e0, int n,
+		       struct model_part *parts)
+{
+	for (int i = 0; i < n; i++) {
+		parts[i] = (struct model_part){ .slice = fused ? e0 + i : -1,
+						.n_slices = fused ? c->n_experts : 0,
+						.full_rows = fused ? c->hidden_size : 0 };
+		if (fused)
+			snprintf(parts[i].name, sizeof parts[i].name, "%s.mlp.experts.down_proj", p);
+		else
+			snprintf(parts[i].name, sizeof parts[i].name,
+				 "%s.mlp.experts.%d.down_proj.weight", p, e0 + i);
 	}
 }
 
@@ -69,23 +85,24 @@ int moe_bind_layer(struct model *m, const char *prefix, int l, struct moe_layer 
 	if ((rc = model_bind_layer(m, prefix, l, &w->router, "mlp.gate.weight", c->n_experts, H,
 				   err, errlen)))
 		return rc;
-	struct model_part *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
+	struct model_part *parts = calloc((size_t)(2 * n + 1), sizeof *parts);
 	if (!parts)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	const bool fused = fused_layout(m, p);
-	static const char *const projs[] = { "gate_proj", "up_proj", "down_proj" };
-	struct kt_tensor *dst[] = { &w->w_gate, &w->w_up, &w->w_down };
-	for (int i = 0; i < 3 && !rc; i++) {
-		const bool down = i == 2;
-		expert_parts(c, p, fused, projs[i], e0, n, parts);
-		snprintf(what, sizeof what, "%s.mlp.experts.%s (experts %d..%d)", p, projs[i], e0,
+	/* Dummy weights: expert e's gate_up is stack matrix e of 2I rows. */
+	const int n_gu = gate_up_parts(c, p, fused, e0, n, parts);
+	const bool whole = fused || !m->st;
+	snprintf(what, sizeof what, "%s.mlp.experts gate_up (experts %d..%d)", p, e0, e0 + n - 1);
+	rc = model_bind_stack(m, &w->w_gate_up, what, parts, whole ? n : n_gu,
+			      whole ? e0 : 2 * e0, whole ? 2 * I : I, H, err, errlen);
+	if (!rc) {
+		down_parts(c, p, fused, e0, n, parts);
+		snprintf(what, sizeof what, "%s.mlp.experts down (experts %d..%d)", p, e0,
 			 e0 + n - 1);
-		rc = model_bind_stack(m, dst[i], what, parts, n, e0, down ? H : I, down ? I : H, err,
-				      errlen);
+		rc = model_bind_stack(m, &w->w_down, what, parts, n, e0, H, I, err, errlen);
 	}
 	free(parts);
 	if (!rc)
-		m->info.expert_bytes += kt_nbytes(&w->w_gate) + kt_nbytes(&w->w_up) +
-					kt_nbytes(&w->w_down);
+		m->info.expert_bytes += kt_nbytes(&w->w_gate_up) + kt_nbytes(&w->w_down);
 	return rc;
 }
