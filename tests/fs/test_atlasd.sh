@@ -40,7 +40,8 @@ done
 if [ -f "$model/tokenizer.json" ]; then prompt="The sky is"; else prompt="1 2 3 4"; fi
 
 # Small KV memory and greedy sampling: quick, and the same answer every time.
-opts="model=$model,log_level=warn,threads=1,kv_memory=16M,max_tokens=6,temperature=0,sessions=2"
+# context=384: the config key, not the SELinux mount option of that name.
+opts="model=$model,log_level=warn,threads=1,kv_memory=16M,max_tokens=6,temperature=0,sessions=2,context=384"
 
 # start: run atlasd -f in the background and wait (model load included) for the mount.
 start() {
@@ -140,6 +141,7 @@ for f in slots kv spec ep engine metrics config; do
 	grep -q . "$mnt/ctl/$f" || fail "ctl/$f is empty"
 done
 grep -q "^model = $model\$" "$mnt/ctl/config" || fail "ctl/config does not show the model"
+grep -q "^context = 384\$" "$mnt/ctl/config" || fail "-o context=384 did not set the key context"
 total=$(sed -n 's/^atlas_generated_tokens_total //p' "$mnt/ctl/metrics")
 [ "${total:-0}" -gt 0 ] || fail "atlas_generated_tokens_total is '$total'"
 bad=$(grep -Ev '^# (HELP|TYPE) atlas_[a-z_]+ .+$|^atlas_[a-z_]+(\{[a-z_]+="([^"\\]|\\.)*"(,[a-z_]+="([^"\\]|\\.)*")*\})? [-+0-9.eEInfNa]+$' \
