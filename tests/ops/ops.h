@@ -139,6 +139,8 @@ void op_set(struct op_run *r, const struct op_backend *b, const struct kt_tensor
 	    const float *host);
 /* Download a whole f32 or bf16 tensor as f32 values (into the case's memory). */
 float *op_get(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t);
+/* Download a whole i32 tensor (into the case's memory). */
+int32_t *op_get_ints(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t);
 
 /* Checks (ops_check.c). Each records its error and tolerance; the case
  * passes when all do. `what` is printed as given (printf format). */

@@ -337,6 +337,14 @@ float *op_get(struct op_run *r, const struct op_backend *b, const struct kt_tens
 	return out;
 }
 
+int32_t *op_get_ints(struct op_run *r, const struct op_backend *b, const struct kt_tensor *t)
+{
+	int32_t *out = op_ints(r, (size_t)(t->rows * t->cols));
+
+	op_ok(r, kt_download(b->be, out, t, 0, kt_nbytes(t)), "kt_download (i32)");
+	return out;
+}
+
 bool op_matmul_invariant(const struct op_backend *b, int T, int K, enum kt_dtype w_dtype)
 {
 	if (strcmp(b->be->info.backend, "cpu") == 0)

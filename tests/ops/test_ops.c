@@ -40,7 +40,10 @@
 	X(ops_attention_faults) \
 	X(ops_attention_parts) \
 	X(ops_sample) \
-	X(ops_moe) \
+	X(ops_moe_route) \
+	X(ops_moe_matmul) \
+	X(ops_moe_faults) \
+	X(ops_moe_chain) \
 	X(ops_comm) \
 	X(ops_graph)
 
