@@ -197,7 +197,8 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len)
 {
 	char esc[2 * ATLAS_SYSTEM_MAX];
 	size_t n = 0;
-#define OUT(...) n += (size_t)snprintf(buf + ATLAS_MIN(n, len), len - ATLAS_MIN(n, len), __VA_ARGS__)
+	/* buf may be NULL with len 0 (a size query): no pointer arithmetic on it. */
+#define OUT(...) n += (size_t)snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, __VA_ARGS__)
 	OUT("temperature %g\n", p->temperature);
 	OUT("top_p %g\n", p->top_p);
 	OUT("top_k %d\n", p->top_k);

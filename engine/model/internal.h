@@ -54,7 +54,8 @@ struct hf_json;
 struct model {
 	struct model_config cfg;
 	struct kt_backend *be;          /* not owned */
-	struct st_set *st;              /* weight files, mapped while the model lives; NULL for
+	struct st_set *st;              /* weight files, mapped while the model loads (NULL once
+					 * it has, every weight copied to the backend) and NULL for
 					 * dummy weights */
 	uint16_t *dummy;                /* [dummy_n] random bf16 values while dummy weights load */
 	size_t dummy_n;

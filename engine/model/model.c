@@ -52,6 +52,9 @@ static int load(const char *dir, bool dummy, bool head, struct kt_backend *be, i
 		model_free(m);
 		return rc;
 	}
+	/* Every weight is the backend's copy now. */
+	st_close(m->st);
+	m->st = NULL;
 	log_info("%s: %s%s, %d layers, %llu parameters (%s%s), %.1f MiB of weights on %s", dir,
 		 m->cfg.architecture, head ? " MTP head" : "", m->cfg.n_layers,
 		 (unsigned long long)m->info.parameters,

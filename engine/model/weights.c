@@ -2,8 +2,8 @@
  *
  * Each expected tensor must be present with a float dtype (F32, F16, BF16)
  * and exactly the shape the configuration implies; it is then handed to the
- * backend with kt_weight(), which may alias the mapping because the files
- * stay mapped while the model lives. Tensors nobody asked for (rotary
+ * backend with kt_weight(), which copies it: the files are unmapped when the
+ * model has loaded. Tensors nobody asked for (rotary
  * inv_freq buffers, an lm_head.weight next to tied embeddings) are logged at
  * debug level and ignored.
  */
@@ -134,7 +134,10 @@ int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t
 	if ((rc = check_shape(t, rows, cols, err, errlen)))
 		return rc;
 	rows = rows ? rows : 1;
-	rc = kt_weight(m->be, t->dtype, t->data, rows, cols, true, dst);
+	/* A copy, never an alias of the mapping: the files are unmapped once
+	 * the model has loaded, so a weight file truncated or rewritten under
+	 * a running daemon cannot fault it (SIGBUS). */
+	rc = kt_weight(m->be, t->dtype, t->data, rows, cols, false, dst);
 	if (rc)
 		return atlas_errf(err, errlen, rc, "%s: tensor %s: backend: %s", t->file, name,
 				  strerror(-rc));

@@ -184,10 +184,18 @@ static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t 
 				  c->context, mc.max_position_embeddings);
 	x->geo.context = c->context ? c->context : mc.max_position_embeddings;
 	x->geo.block_size = c->kv_block_size;
-	x->geo.max_blocks = (x->geo.context + c->kv_block_size - 1) / c->kv_block_size;
+	/* In 64 bits: a context near INT_MAX (max_position_embeddings 2^31 - 1)
+	 * would overflow the rounding. */
+	x->geo.max_blocks = (int)(((int64_t)x->geo.context + c->kv_block_size - 1) /
+				  c->kv_block_size);
 	x->geo.n_slots = x->n_seq_slots + 1;
 	x->geo.vocab = mc.vocab_size;
 	x->pad_slot = x->n_seq_slots;
+	if ((int64_t)x->lim.max_seqs * x->geo.max_blocks > INT32_MAX / 4)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "context: %d positions for %d sequences need more block-table "
+				  "entries than fit; set the key context lower", x->geo.context,
+				  x->lim.max_seqs);
 	x->lim.max_table = x->lim.max_seqs * x->geo.max_blocks;
 
 	struct kt_config kc = {

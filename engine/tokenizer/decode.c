@@ -57,7 +57,8 @@ int tok_token_bytes(const struct atlas_tokenizer *t, int32_t id, char *buf, size
 	if (!known(t, id))
 		return -EINVAL;
 	const struct tok_span *b = &t->bytes[id];
-	memcpy(buf, t->strs.buf + b->off, b->len < len ? b->len : len);
+	if (len)
+		memcpy(buf, t->strs.buf + b->off, b->len < len ? b->len : len);
 	return (int)b->len;
 }
 

@@ -415,6 +415,38 @@ static void test_session_names_and_limits(void **state)
 	atlas_engine_close(e);
 }
 
+/* The weight files truncated under a running engine (DESIGN §4.6): the
+ * engine holds copies of every weight, so the logits stay what they were
+ * and nothing faults (an alias of the mapping would take SIGBUS). */
+static void test_weights_truncated_under_the_engine(void **state)
+{
+	char dir[] = "/tmp/atlas-trunc-XXXXXX", cmd[8192], err[ATLAS_ERRLEN];
+	assert_non_null(mkdtemp(dir));
+	snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'/", model_dir, dir);
+	assert_int_equal(system(cmd), 0);
+	const char *saved = model_dir;
+	model_dir = dir;
+	struct atlas_engine *e = open_engine(2, 64, 8u << 20);
+	model_dir = saved;
+	const int vocab = atlas_engine_vocab_size(e);
+	int32_t ids[9];
+	et_prompt_ids(ids, 9, 5, vocab);
+	float *before = malloc(sizeof(float) * 9 * (size_t)vocab);
+	float *after = malloc(sizeof(float) * 9 * (size_t)vocab);
+	assert_non_null(before);
+	assert_non_null(after);
+	assert_int_equal(atlas_engine_logits(e, ids, 9, before, err, sizeof err), 0);
+	snprintf(cmd, sizeof cmd, "for f in '%s'/*.safetensors; do : > \"$f\"; done", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(atlas_engine_logits(e, ids, 9, after, err, sizeof err), 0);
+	assert_memory_equal(before, after, sizeof(float) * 9 * (size_t)vocab);
+	atlas_engine_close(e);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	free(before);
+	free(after);
+}
+
 int main(int argc, char **argv)
 {
 	int status = et_model_arg(argc, argv, &model_dir);
@@ -432,6 +464,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_reset_and_busy),
 		cmocka_unit_test(test_seeded_sampling_is_reproducible),
 		cmocka_unit_test(test_session_names_and_limits),
+		cmocka_unit_test(test_weights_truncated_under_the_engine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
