@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/utf8.h"
 #include "engine/engine.h"
 
 const char *atlas_state_name(enum atlas_state s)
@@ -25,6 +26,14 @@ const char *atlas_tier_name(enum atlas_tier t)
 }
 
 /* Undo \n \r \t \\ escapes; -EINVAL for any other backslash sequence. */
+/* Whether the NUL-terminated s is whole UTF-8 text (escapes are ASCII, so
+ * a setting's raw value says it). */
+static bool utf8_text(const char *s)
+{
+	size_t n = strlen(s), whole;
+	return atlas_utf8_check(s, n, &whole) == 0 && whole == n;
+}
+
 static int unescape(const char *in, char *out, size_t cap, size_t *len)
 {
 	size_t n = 0;
@@ -157,6 +166,8 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 	}
 	if (strcmp(key, "system") == 0) {
 		size_t n;
+		if (!utf8_text(value))
+			return atlas_errf(err, errlen, -EILSEQ, "system: not UTF-8 text");
 		rc = unescape(value, p->system, sizeof p->system, &n);
 		if (rc == -E2BIG)
 			return atlas_errf(err, errlen, -EINVAL, "system: longer than %d bytes",
@@ -176,6 +187,8 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 		if (p->n_stop >= ATLAS_STOP_MAX)
 			return atlas_errf(err, errlen, -EINVAL, "stop: at most %d strings",
 					  ATLAS_STOP_MAX);
+		if (!utf8_text(value))
+			return atlas_errf(err, errlen, -EILSEQ, "stop: not UTF-8 text");
 		size_t n;
 		rc = unescape(value, p->stop[p->n_stop], ATLAS_STOP_LEN, &n);
 		if (rc == -E2BIG)

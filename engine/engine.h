@@ -103,11 +103,18 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len);
 
 /* ---- turns ---- */
 
+/* A prompt that was not accepted before it reached the engine (a failed
+ * write of it, text that is not UTF-8): a turn that fails at once with msg,
+ * so that status shows it and a reader waiting for the next turn ends with
+ * the error. -EBUSY (nothing recorded) while a turn runs. */
+int atlas_session_reject(struct atlas_session *s, const char *msg);
 /* Append a turn with this prompt (chat mode wraps it in the model's chat
  * template) and queue it. Returns the turn number (1, 2, ...) or a negative
- * errno: -EBUSY if a turn is still running, -EINVAL for bad UTF-8. A prompt
- * that does not fit the context is accepted and fails its turn with EIO and a
- * message saying so. */
+ * errno: -EBUSY if a turn is still running, -EINVAL for bad UTF-8 or a
+ * prompt the template or the tokenizer refuses (then a turn that failed with
+ * the message is recorded, as atlas_session_reject does). A prompt that does
+ * not fit the context is accepted and fails its turn with EIO and a message
+ * saying so. */
 int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,
 			 size_t errlen);
 /* The same with token ids (raw: appended as they are). */

@@ -120,10 +120,9 @@ static int busy(struct atlas_session *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* Append the turn (under the lock). The context takes its tokens unless they
- * cannot fit, in which case the turn exists and has failed. */
-static int queue_turn(struct atlas_session *s, const char *text, size_t len, int32_t *ids,
-		      size_t n, char *err, size_t errlen)
+/* A new turn of prompt text[0..len) (under the lock), or NULL when memory
+ * is short. */
+static struct turn *new_turn(struct atlas_session *s, const char *text, size_t len)
 {
 	struct atlas_engine *e = s->e;
 	struct turn *t = calloc(1, sizeof *t);
@@ -133,7 +132,7 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 							     sizeof *s->turns)))) {
 		free(t);
 		free(prompt);
-		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
+		return NULL;
 	}
 	memcpy(prompt, text, len);
 	prompt[len] = 0;
@@ -146,6 +145,29 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 	s->turns[s->n_turns++] = t;
 	s->last_error[0] = 0;
 	e->turns_total++;
+	return t;
+}
+
+/* A prompt that was not accepted, as a turn that has failed with msg (under
+ * the lock): status shows it and a reader waiting for the next turn ends.
+ * Its text is not kept. */
+static void failed_turn(struct atlas_session *s, const char *msg)
+{
+	if (new_turn(s, "", 0))
+		session_end_turn(s, -EIO, "error", msg);
+	else
+		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+}
+
+/* Append the turn (under the lock). The context takes its tokens unless they
+ * cannot fit, in which case the turn exists and has failed. */
+static int queue_turn(struct atlas_session *s, const char *text, size_t len, int32_t *ids,
+		      size_t n, char *err, size_t errlen)
+{
+	struct atlas_engine *e = s->e;
+	struct turn *t = new_turn(s, text, len);
+	if (!t)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 
 	if (n == 0 || s->req.n_tokens + n >= (size_t)e->context) {
 		char msg[256];
@@ -201,6 +223,11 @@ static int submit(struct atlas_session *s, const char *text, size_t len, const i
 				return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 			memcpy(ids, given, n_given * sizeof *ids);
 		} else if ((rc = encode_prompt(e, &ps, text, len, &ids, &n, err, errlen))) {
+			/* A prompt that cannot be tokenized ends the turn a reader waits for. */
+			pthread_mutex_lock(&e->lock);
+			if (rc != -ENOMEM && !busy(s, NULL, 0))
+				failed_turn(s, err);
+			pthread_mutex_unlock(&e->lock);
 			return rc;
 		}
 
@@ -217,6 +244,17 @@ static int submit(struct atlas_session *s, const char *text, size_t len, const i
 		free(ids);
 		return rc;
 	}
+}
+
+int atlas_session_reject(struct atlas_session *s, const char *msg)
+{
+	struct atlas_engine *e = s->e;
+	pthread_mutex_lock(&e->lock);
+	int rc = busy(s, NULL, 0);
+	if (!rc)
+		failed_turn(s, msg);
+	pthread_mutex_unlock(&e->lock);
+	return rc;
 }
 
 int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,

@@ -2,7 +2,8 @@
  * protocol written to it (settings, `cancel`, `reset`).
  *
  * The lines written through one handle form a batch. Each write is checked
- * at once, so that a bad line fails its own write with EINVAL; the batch is
+ * at once, so that a bad line fails its own write with EINVAL (EILSEQ for
+ * system or stop text that is not UTF-8); the batch is
  * applied at flush (close), all lines or none. Shells write a redirection
  * line by line (bash's printf does), so applying each write on its own would
  * let `printf 'a 1\nbad\n' > ctl` change half the settings. Each complete
@@ -137,12 +138,12 @@ static int parse_end(struct fs_session *s, const struct fs_ctl_parse *st, bool a
 	return rc;
 }
 
-/* The error a batch fails with: -ENOENT and -ENOMEM as they are, any other
- * as -EINVAL. */
+/* The error a batch fails with: -ENOENT, -ENOMEM and -EILSEQ (text that
+ * is not UTF-8) as they are, any other as -EINVAL. */
 static int batch_error(struct fs_session *s, int rc, const char *err)
 {
 	log_info("session %s: ctl: %s", s->name, err);
-	return rc == -ENOENT || rc == -ENOMEM ? rc : -EINVAL;
+	return rc == -ENOENT || rc == -ENOMEM || rc == -EILSEQ ? rc : -EINVAL;
 }
 
 int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, size_t size)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/utf8.h"
 #include "common/log.h"
 
 static struct fs_file *file_new(struct atlas_fs *fs, enum fs_kind kind, struct fs_session *s)
@@ -203,9 +204,9 @@ static bool session_busy(struct fs_session *s)
 	return busy;
 }
 
-/* A write that fails (busy, too long, out of memory) fails the prompt: later
- * writes fail with its error and the commit drops what was written, so that
- * no part of a prompt is ever taken for the whole. */
+/* A write that fails (busy, too long, out of memory, not UTF-8) fails the
+ * prompt: later writes fail with its error and the commit drops what was
+ * written, so that no part of a prompt is ever taken for the whole. */
 static int in_append(struct fs_file *f, const char *buf, size_t size)
 {
 	/* The commit at close refuses a prompt while a turn runs, but shells do
@@ -231,6 +232,11 @@ static int in_append(struct fs_file *f, const char *buf, size_t size)
 	if (!rc) {
 		memcpy(f->buf + f->len, buf, size);
 		f->len += size;
+		/* Text that is not UTF-8 fails the write that brings it, where a
+		 * shell sees it (a commit's error only close would report). */
+		size_t whole;
+		rc = atlas_utf8_check(f->buf + f->in_whole, f->len - f->in_whole, &whole);
+		f->in_whole += whole;
 	}
 	f->in_failed = rc;
 	pthread_mutex_unlock(&f->lock);
@@ -244,10 +250,20 @@ static int in_commit(struct fs_file *f)
 	char err[ATLAS_ERRLEN] = "";
 	int rc = 0;
 	pthread_mutex_lock(&f->lock);
+	if (!f->in_failed && f->in_whole < f->len)
+		f->in_failed = -EILSEQ; /* it ends inside a character */
 	if (f->in_failed) {
-		rc = atlas_errf(err, sizeof err, f->in_failed, "a write of it failed (%s)",
-				strerror(-f->in_failed));
+		rc = atlas_errf(err, sizeof err, f->in_failed, "prompt not accepted: a write of it "
+				"failed (%s)", f->in_failed == -EILSEQ ? "not UTF-8 text"
+				: strerror(-f->in_failed));
+		/* A reader waiting for this prompt's turn ends with the error;
+		 * a prompt refused because a turn runs leaves that turn alone. */
+		pthread_mutex_lock(&s->lock);
+		if (s->es && f->in_failed != -EBUSY)
+			atlas_session_reject(s->es, err);
+		pthread_mutex_unlock(&s->lock);
 		f->len = 0;
+		f->in_whole = 0;
 		f->in_failed = 0;
 	} else if (f->len) {
 		pthread_mutex_lock(&s->lock);
@@ -257,6 +273,7 @@ static int in_commit(struct fs_file *f)
 			rc = atlas_errf(err, sizeof err, -ENOENT, "the session is removed");
 		pthread_mutex_unlock(&s->lock);
 		f->len = 0;
+		f->in_whole = 0;
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (rc < 0) {

@@ -134,6 +134,8 @@ struct fs_file {
 	int in_failed;                   /* FK_IN: 0, or the negative errno of a write since
 					  * the last commit that failed: the commit drops the
 					  * prompt and fails with it */
+	size_t in_whole;                 /* FK_IN: bytes of buf checked as whole UTF-8
+					  * characters (a write may end inside one) */
 	struct fs_ctl_batch ctl;         /* FK_CTL: lines written since the last flush */
 	struct fs_out out;               /* FK_OUT */
 };

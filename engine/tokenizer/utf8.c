@@ -4,57 +4,17 @@
 
 #include <utf8proc.h>
 
+#include "common/utf8.h"
+
 int tok_utf8_step(const uint8_t *s, size_t n)
 {
-	uint8_t c = s[0];
-	uint8_t lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-	int len;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3;
-		if (c == 0xe0)
-			lo = 0xa0; /* no overlong forms */
-		else if (c == 0xed)
-			hi = 0x9f; /* no surrogates */
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4;
-		if (c == 0xf0)
-			lo = 0x90;
-		else if (c == 0xf4)
-			hi = 0x8f; /* nothing above U+10FFFF */
-	} else {
-		return -1;
-	}
-	for (int i = 1; i < len; i++) {
-		if ((size_t)i >= n)
-			return 0;
-		if (s[i] < lo || s[i] > hi)
-			return -i;
-		lo = 0x80;
-		hi = 0xbf;
-	}
-	return len;
+	return atlas_utf8_step(s, n);
 }
 
 bool tok_utf8_valid(const char *s, size_t n)
 {
-	const uint8_t *p = (const uint8_t *)s;
-	size_t i = 0;
-	while (i < n) {
-		if (p[i] < 0x80) {
-			i++;
-			continue;
-		}
-		int r = tok_utf8_step(p + i, n - i);
-		if (r <= 0)
-			return false;
-		i += (size_t)r;
-	}
-	return true;
+	size_t whole;
+	return atlas_utf8_check(s, n, &whole) == 0 && whole == n;
 }
 
 int32_t tok_utf8_cp(const char *s, size_t n, int *len)

@@ -267,8 +267,8 @@ static void test_in_rules(void **state)
 	assert_string_equal(out, "dcba");
 	free(out);
 	free(turns);
-	/* Bad UTF-8 is refused at close with the engine's EINVAL. */
-	assert_int_equal(put_file(mpath(&D, "s1/in"), "\xff\xfe"), -EINVAL);
+	/* Bad UTF-8 is refused at the write that brings it. */
+	assert_int_equal(put_file(mpath(&D, "s1/in"), "\xff\xfe"), -EILSEQ);
 }
 
 static void test_history_status_reset(void **state)

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "common/err.h"
@@ -161,12 +162,98 @@ static void test_in_too_long(void **state)
 	assert_true(fd >= 0);
 	write_too_much(fd, prompt, big);
 	free(prompt);
-	assert_value(mpath(&D, "s2/status"), "turns", "0");
+	/* Nothing of it reaches the context: the turn a reader would wait for
+	 * has failed, saying why. */
+	assert_value(mpath(&D, "s2/status"), "turns", "1");
+	assert_value(mpath(&D, "s2/status"), "finish", "error");
+	assert_value(mpath(&D, "s2/status"), "prompt_tokens", "0");
 	/* The session takes the next prompt. */
 	submit("s2", "ok");
 	char *out = answer("s2", NULL);
 	assert_string_equal(out, "ko");
 	free(out);
+}
+
+/* A reader of a session's next turn, on a thread of its own. */
+struct next_reader {
+	pthread_t thread;
+	const char *path;
+	int rc, err;            /* read's result: -1 and errno when the turn failed */
+};
+
+static void *read_next(void *arg)
+{
+	struct next_reader *r = arg;
+	char buf[256];
+	int fd = open(r->path, O_RDONLY);
+	if (fd < 0) {
+		r->rc = -2;
+		return NULL;
+	}
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof buf)) > 0)
+		;
+	r->rc = (int)n;
+	r->err = n < 0 ? errno : 0;
+	close(fd);
+	return NULL;
+}
+
+/* Text that is not UTF-8 fails the write that brings it (EILSEQ), a prompt
+ * that ends inside a character fails its close; either way the commit takes
+ * nothing, a reader that waits for the session's next turn ends with an
+ * error instead of waiting for ever, and status says why. A system or stop
+ * text that is not UTF-8 fails its ctl write. */
+static void test_in_not_utf8(void **state)
+{
+	assert_int_equal(mkdir(mpath(&D, "u8"), 0755), 0);
+	for (int split = 0; split < 2; split++) {
+		struct next_reader r = { .path = mpath(&D, "u8/out") };
+		r.path = strdup(r.path);
+		assert_int_equal(pthread_create(&r.thread, NULL, read_next, &r), 0);
+		usleep(200000); /* the reader waits for turn 1 (then 2) */
+		int fd = open(mpath(&D, "u8/in"), O_WRONLY);
+		assert_true(fd >= 0);
+		if (split) {
+			/* The first byte of "é", and the prompt ends there. */
+			assert_int_equal(write(fd, "caf\xc3", 4), 4);
+			assert_int_equal(close(fd), -1);
+			assert_int_equal(errno, EILSEQ);
+		} else {
+			assert_int_equal(write(fd, "hello \xff\xfe", 8), -1);
+			assert_int_equal(errno, EILSEQ);
+			assert_int_equal(write(fd, "more", 4), -1);
+			assert_int_equal(close(fd), -1);
+		}
+		assert_int_equal(pthread_join(r.thread, NULL), 0);
+		free((char *)r.path);
+		assert_int_equal(r.rc, -1);
+		assert_int_equal(r.err, EIO);
+		assert_value(mpath(&D, "u8/status"), "finish", "error");
+		char *why = value_of(mpath(&D, "u8/status"), "last_error");
+		assert_non_null(strstr(why, "UTF-8"));
+		free(why);
+	}
+	int fd = open(mpath(&D, "u8/ctl"), O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "system \xc3\x28\n", 10), -1);
+	assert_int_equal(errno, EILSEQ);
+	close(fd);
+	fd = open(mpath(&D, "u8/ctl"), O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "stop \xed\xa0\x80\n", 9), -1);
+	assert_int_equal(errno, EILSEQ);
+	close(fd);
+	/* The session takes the next prompt, UTF-8 split across writes too. */
+	fd = open(mpath(&D, "u8/in"), O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "caf\xc3", 4), 4);
+	assert_int_equal(write(fd, "\xa9", 1), 1);
+	assert_int_equal(close(fd), 0);
+	char *out = answer("u8", NULL);
+	assert_string_equal(out, "\xc3\xa9" "fac");
+	free(out);
+	assert_int_equal(rmdir(mpath(&D, "u8")), 0);
 }
 
 static void test_mkdir_rmdir(void **state)
@@ -310,6 +397,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_tree),
 		cmocka_unit_test(test_ctl),
 		cmocka_unit_test(test_in_too_long),
+		cmocka_unit_test(test_in_not_utf8),
 		cmocka_unit_test(test_mkdir_rmdir),
 		cmocka_unit_test(test_access_errors),
 		cmocka_unit_test(test_metrics),
