@@ -244,6 +244,15 @@ const struct atlas_key atlas_keys[] = {
 	     "containers."),
 	DOUBLE("fs", attr_timeout, 0.0, 3600.0, "1.0",
 	       "Seconds the kernel may cache the attributes and names of session directories."),
+	SIZE("fs", prompt_max, 1024, 1024 * MIB, "16M",
+	     "Bytes of one prompt written to a session's in, or of the lines one handle writes "
+	     "to a ctl file, before it is closed; a write past it fails with EFBIG and the "
+	     "prompt is not committed."),
+	SIZE("fs", prompt_memory, 1024, 1048576 * GIB, "256M",
+	     "Bytes that every open in and ctl handle of the mount may hold together (prompts "
+	     "being written, ctl lines not yet applied), so that many writers cannot exhaust "
+	     "the daemon's memory; a write past it fails with ENOSPC and that prompt is not "
+	     "committed."),
 
 	CHOICE("log", log_level, log_level_names, "info",
 	       "Least severe messages that are logged to stderr: error, warn, info or debug."),

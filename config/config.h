@@ -95,6 +95,8 @@ struct atlas_config {
 	bool allow_other;
 	bool default_permissions;
 	double attr_timeout;            /* seconds the kernel caches session attributes */
+	uint64_t prompt_max;            /* bytes of one prompt (or ctl batch) of one handle */
+	uint64_t prompt_memory;         /* bytes all open in and ctl handles may hold together */
 
 	/* [log] */
 	char log_level[16];             /* error | warn | info | debug */

@@ -151,11 +151,16 @@ int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, 
 	char err[ATLAS_ERRLEN] = "";
 	if (b->failed)
 		return b->failed;
-	if (size > FS_IN_MAX - b->len)
+	if (size > s->fs->cfg.prompt_max - b->len)
 		return b->failed = -EFBIG;
+	int held = fs_hold(s->fs, size);
+	if (held)
+		return b->failed = held;
 	char *n = realloc(b->text, b->len + size);
-	if (!n)
+	if (!n) {
+		fs_unhold(s->fs, size);
 		return b->failed = -ENOMEM;
+	}
 	b->text = n;
 	memcpy(b->text + b->len, buf, size);
 	b->len += size;
@@ -195,6 +200,9 @@ int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 		if (rc)
 			rc = batch_error(s, rc, err);
 	}
+	fs_unhold(s->fs, b->len);
+	free(b->text);
+	b->text = NULL;
 	b->len = b->checked = 0;
 	b->failed = 0;
 	free(b->parsed);
@@ -202,8 +210,9 @@ int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 	return rc;
 }
 
-void fs_ctl_batch_free(struct fs_ctl_batch *b)
+void fs_ctl_batch_free(struct atlas_fs *fs, struct fs_ctl_batch *b)
 {
+	fs_unhold(fs, b->len);
 	free(b->text);
 	free(b->parsed);
 	b->text = NULL;

@@ -52,9 +52,26 @@ void fs_file_free(struct fs_file *f)
 	if (f->sess)
 		fs_session_put(f->sess);
 	pthread_mutex_destroy(&f->lock);
+	if (f->kind == FK_IN)
+		fs_unhold(fs, f->cap);
 	free(f->buf);
-	fs_ctl_batch_free(&f->ctl);
+	fs_ctl_batch_free(fs, &f->ctl);
 	free(f);
+}
+
+int fs_hold(struct atlas_fs *fs, uint64_t bytes)
+{
+	uint64_t held = atomic_load(&fs->held);
+	do {
+		if (bytes > fs->cfg.prompt_memory - ATLAS_MIN(held, fs->cfg.prompt_memory))
+			return -ENOSPC;
+	} while (!atomic_compare_exchange_weak(&fs->held, &held, held + bytes));
+	return 0;
+}
+
+void fs_unhold(struct atlas_fs *fs, uint64_t bytes)
+{
+	atomic_fetch_sub(&fs->held, bytes);
 }
 
 void fs_file_put(struct fs_file *f)
@@ -204,8 +221,8 @@ static bool session_busy(struct fs_session *s)
 	return busy;
 }
 
-/* A write that fails (busy, too long, out of memory, not UTF-8) fails the
- * prompt: later writes fail with its error and the commit drops what was
+/* A write that fails (busy, too long, the mount's prompt memory or the
+ * daemon's memory full, not UTF-8) fails the prompt: later writes fail with its error and the commit drops what was
  * written, so that no part of a prompt is ever taken for the whole. */
 static int in_append(struct fs_file *f, const char *buf, size_t size)
 {
@@ -217,15 +234,20 @@ static int in_append(struct fs_file *f, const char *buf, size_t size)
 	int rc = f->in_failed;
 	if (!rc && busy) {
 		rc = -EBUSY;
-	} else if (!rc && size > FS_IN_MAX - f->len) {
+	} else if (!rc && size > f->fs->cfg.prompt_max - f->len) {
 		rc = -EFBIG;
 	} else if (!rc && f->len + size > f->cap) {
-		size_t cap = ATLAS_MAX(f->cap * 2, f->len + size);
-		char *n = realloc(f->buf, cap);
+		/* The buffer grows by doubling, within prompt_max, and holds its
+		 * bytes of the mount's prompt memory. */
+		size_t cap = ATLAS_MIN(ATLAS_MAX(f->cap * 2, f->len + size),
+				       (size_t)f->fs->cfg.prompt_max);
+		rc = fs_hold(f->fs, cap - f->cap);
+		char *n = rc ? NULL : realloc(f->buf, cap);
 		if (n) {
 			f->buf = n;
 			f->cap = cap;
-		} else {
+		} else if (!rc) {
+			fs_unhold(f->fs, cap - f->cap);
 			rc = -ENOMEM;
 		}
 	}
@@ -275,6 +297,11 @@ static int in_commit(struct fs_file *f)
 		f->len = 0;
 		f->in_whole = 0;
 	}
+	/* The prompt is the engine's now (or gone): its buffer goes back. */
+	fs_unhold(f->fs, f->cap);
+	free(f->buf);
+	f->buf = NULL;
+	f->cap = 0;
 	pthread_mutex_unlock(&f->lock);
 	if (rc < 0) {
 		log_info("session %s: prompt not committed: %s", s->name, err);

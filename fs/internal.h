@@ -56,7 +56,6 @@ enum fs_sfile { SF_DIR, SF_IN, SF_OUT, SF_CTL, SF_HISTORY, SF_STATUS, SF_END };
 
 #define FS_WAKE_KEYS 64          /* distinct sessions remembered between waker passes */
 #define FS_READ_CHUNK 65536      /* bytes of out one read copies at most */
-#define FS_IN_MAX (16u << 20)    /* bytes of one prompt */
 
 struct fs_session;
 
@@ -149,6 +148,10 @@ struct atlas_fs {
 	gid_t gid;
 	struct timespec born;            /* times of the fixed inodes */
 
+	/* Bytes the open in and ctl handles hold (their buffers), at most
+	 * cfg.prompt_memory: fs_hold / fs_unhold. */
+	_Atomic uint64_t held;
+
 	pthread_mutex_t lock;
 	struct fs_session *sessions;
 	struct fs_file *files;           /* open handles, freed at the end if never released */
@@ -165,6 +168,12 @@ struct atlas_fs {
 	char *wake_buf;                  /* [FS_READ_CHUNK] the waker's read buffer */
 	uint64_t pass;                   /* (waker only) */
 };
+
+/* files.c: take bytes of the mount's prompt memory (cfg.prompt_memory)
+ * for a handle's buffer: 0, or -ENOSPC when they are not there; and give
+ * them back. */
+int fs_hold(struct atlas_fs *fs, uint64_t bytes);
+void fs_unhold(struct atlas_fs *fs, uint64_t bytes);
 
 /* ops.c: the FUSE session of fs, serving the operation table. */
 struct fuse_session *fs_fuse_session_new(struct atlas_fs *fs, struct fuse_args *args);
@@ -237,7 +246,7 @@ int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, 
 /* Apply the batch (settings, then cancel/reset in order) and empty it; a
  * failed batch applies nothing and returns its write's error. */
 int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b);
-void fs_ctl_batch_free(struct fs_ctl_batch *b);
+void fs_ctl_batch_free(struct atlas_fs *fs, struct fs_ctl_batch *b);
 
 /* stream.c: out handles, parked reads, the waker thread */
 int fs_out_open(struct fs_session *s, struct fs_out *o);

@@ -84,6 +84,7 @@ static inline int run_mounted(int argc, char **argv, const char *name,
 	const char *args[] = {
 		"-o", model, "-o", "backend=cpu,threads=1,kv_memory=1M",
 		"-o", "sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
+		"-o", "prompt_memory=40M",
 		NULL,
 	};
 	rc = daemon_start(&D, args);

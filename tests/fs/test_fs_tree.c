@@ -256,6 +256,42 @@ static void test_in_not_utf8(void **state)
 	assert_int_equal(rmdir(mpath(&D, "u8")), 0);
 }
 
+/* The mount's prompt memory (prompt_memory 40M for these tests): ctl lines
+ * not yet applied hold it as prompts do. Two handles holding 15 MiB each
+ * fit; a third's write past the rest fails with ENOSPC (and its close);
+ * once they are closed the memory is back. */
+static void test_prompt_memory(void **state)
+{
+	const size_t chunk = 1u << 20;
+	char *buf = malloc(chunk);
+	assert_non_null(buf);
+	memset(buf, 'x', chunk);
+	int fd[3];
+	for (int i = 0; i < 3; i++) {
+		fd[i] = open(mpath(&D, "s1/ctl"), O_WRONLY);
+		assert_true(fd[i] >= 0);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int c = 0; c < 15; c++)
+			assert_int_equal(write(fd[i], buf, chunk), (ssize_t)chunk);
+	int c = 0;
+	while (c < 15 && write(fd[2], buf, chunk) == (ssize_t)chunk)
+		c++;
+	assert_int_equal(c, 10);
+	assert_int_equal(errno, ENOSPC);
+	assert_int_equal(write(fd[2], "x", 1), -1);
+	assert_int_equal(errno, ENOSPC);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(close(fd[i]), -1);
+	int f = open(mpath(&D, "s2/ctl"), O_WRONLY);
+	assert_true(f >= 0);
+	for (c = 0; c < 15; c++)
+		assert_int_equal(write(f, buf, chunk), (ssize_t)chunk);
+	assert_int_equal(close(f), -1); /* not a setting */
+	assert_int_equal(errno, EINVAL);
+	free(buf);
+}
+
 static void test_mkdir_rmdir(void **state)
 {
 	struct stat st;
@@ -398,6 +434,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ctl),
 		cmocka_unit_test(test_in_too_long),
 		cmocka_unit_test(test_in_not_utf8),
+		cmocka_unit_test(test_prompt_memory),
 		cmocka_unit_test(test_mkdir_rmdir),
 		cmocka_unit_test(test_access_errors),
 		cmocka_unit_test(test_metrics),
