@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 
 #define WIRE_MAGIC 0x31725361u /* "aSr1" in little-endian bytes */
@@ -35,10 +35,7 @@ struct comm_socket {
 
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(atlas_now_ns() / 1000000u);
 }
 
 /* Wait until fd is ready for events, at most timeout_ms: 0 or -ETIMEDOUT.

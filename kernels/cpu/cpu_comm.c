@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "kernels/comm_socket.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -46,14 +47,6 @@ int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *
 	return 0;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES])
 {
 	return -ENOTSUP; /* sockets need no id: the fds are the group */
@@ -69,9 +62,9 @@ int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 		return -EINVAL;
 	if (comm_socket_broken(cpu->comm))
 		return -comm_socket_broken(cpu->comm);
-	t0 = now_ns();
+	t0 = atlas_now_ns();
 	rc = comm_socket_allreduce(cpu->comm, x->data, (size_t)(x->rows * x->cols));
-	be->comm.ns += now_ns() - t0;
+	be->comm.ns += atlas_now_ns() - t0;
 	be->comm.calls++;
 	be->comm.bytes += kt_nbytes(x);
 	be->comm.broken = comm_socket_broken(cpu->comm);

@@ -23,18 +23,11 @@
 extern "C" {
 #include "common/err.h"
 }
+#include "common/clock.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
 
 static_assert(sizeof(ncclUniqueId) == KT_COMM_ID_BYTES, "spec->id holds an ncclUniqueId");
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int cuda_comm_id(struct kt_backend *be, unsigned char *id)
 {
@@ -113,7 +106,7 @@ int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 	if (be->comm.broken)
 		return -be->comm.broken;
 	n = (size_t)x->rows * (size_t)x->cols;
-	t0 = now_ns();
+	t0 = atlas_now_ns();
 	CU_CHECK(cu_enter(cu));
 	r = ncclCommGetAsyncError(cu->nccl, &async);
 	if (r != ncclSuccess || async != ncclSuccess) {
@@ -128,7 +121,7 @@ int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 	}
 	be->comm.calls++;
 	be->comm.bytes += n * sizeof(float);
-	be->comm.ns += now_ns() - t0;
+	be->comm.ns += atlas_now_ns() - t0;
 	return 0;
 }
 

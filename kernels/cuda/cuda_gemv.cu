@@ -32,43 +32,9 @@
  * therefore gets the same bits for every T up to CUDA_GEMV_MAX_T.
  */
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_async.cuh"
+#include "kernels/cuda/cuda_gemv_tile.cuh"
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_gemv.h"
-
-#define GEMV_WARPS 8
-#define GEMV_U 4                               /* vectors of a lane per row and k-step */
-#define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
-#define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
-#define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-
-	return *reinterpret_cast<uint32_t *>(&h);
-}
-
-/* c += a · b: a 16×16 (row major), b 16×8 (column major), bf16, f32 accumulate. */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-					 uint32_t a3, uint32_t b0, uint32_t b1)
-{
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* The 8 x values of token row xr at k (0 past T or K). */
-__device__ __forceinline__ void load_x(float4 (&xv)[2], const float *xr, bool ok, int k, int K)
-{
-	if (ok && k < K) {
-		xv[0] = __ldg((const float4 *)(xr + k));
-		xv[1] = __ldg((const float4 *)(xr + k) + 1);
-	} else {
-		xv[0] = xv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	}
-}
 
 /* TT bounds T: 8 (the lower half of one token tile) or 16 (one tile). The
  * explicit 1 block per multiprocessor lets ptxas keep more loads ahead (77
@@ -83,17 +49,11 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	static_assert(TT == 8 || TT == 16, "one token tile at most");
 	static_assert(E <= D * NT * 32 * 4, "a warp's partial tile fits in its ring");
 	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
 	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
-	const int kw = warp * GEMV_KSTEP + 8 * q;
-	const int nv = K > warp * GEMV_KSTEP
-			       ? (K - warp * GEMV_KSTEP + GEMV_KBLOCK - 1) / GEMV_KBLOCK * GEMV_U
-			       : 0;
-	float acc[NT][4];
 	const __nv_bfloat16 *wr[NT];
 	const float *xr[HALVES];
 	bool wok[NT], xok[HALVES];
-	float4 xn[HALVES][2];
 
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++) {
@@ -101,79 +61,13 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 
 		wok[nt] = r < N;
 		wr[nt] = w + (wok[nt] ? r : 0) * K;
-		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 	}
 #pragma unroll
 	for (int h = 0; h < HALVES; h++) {
 		xok[h] = h * 8 + g < T;
 		xr[h] = x + (int64_t)(xok[h] ? h * 8 + g : 0) * K;
 	}
-	/* k of this lane's vector v */
-	auto kof = [&](int v) { return kw + v / GEMV_U * GEMV_KBLOCK + v % GEMV_U * 32; };
-	/* one commit group per vector, empty past the end, so that cp_async_wait counts vectors */
-	auto issue = [&](int v) {
-		if (v < nv) {
-			const int k = kof(v);
-
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++) {
-				const bool ok = wok[nt] && k < K;
-
-				cp_async16(smem_addr(&ring[warp][v % D][nt][lane]),
-					   ok ? wr[nt] + k : w, ok);
-			}
-		}
-		cp_async_commit();
-	};
-
-#pragma unroll
-	for (int d = 0; d < D - 1; d++)
-		issue(d);
-#pragma unroll
-	for (int h = 0; h < HALVES; h++)
-		load_x(xn[h], xr[h], xok[h] && nv > 0, kof(0), K);
-	for (int v = 0; v < nv; v++) {
-		uint32_t xa[HALVES][4];
-		uint4 wv[NT];
-
-		issue(v + D - 1);
-#pragma unroll
-		for (int h = 0; h < HALVES; h++) {
-			xa[h][0] = pack_bf16(xn[h][0].x, xn[h][0].y);
-			xa[h][1] = pack_bf16(xn[h][0].z, xn[h][0].w);
-			xa[h][2] = pack_bf16(xn[h][1].x, xn[h][1].y);
-			xa[h][3] = pack_bf16(xn[h][1].z, xn[h][1].w);
-			load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
-		}
-		cp_async_wait<D - 1>();
-#pragma unroll
-		for (int nt = 0; nt < NT; nt++)
-			wv[nt] = ring[warp][v % D][nt][lane];
-#pragma unroll
-		for (int s = 0; s < 2; s++) {
-			const uint32_t a0 = xa[0][2 * s], a2 = xa[0][2 * s + 1];
-			const uint32_t a1 = HALVES > 1 ? xa[HALVES - 1][2 * s] : 0;
-			const uint32_t a3 = HALVES > 1 ? xa[HALVES - 1][2 * s + 1] : 0;
-
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-				mma_bf16(acc[nt], a0, a1, a2, a3, s ? wv[nt].z : wv[nt].x,
-					 s ? wv[nt].w : wv[nt].y);
-		}
-	}
-	/* The warp's partial tile over its own (now idle) ring; accumulator c of
-	 * lane l: token (l >> 2) + 8·(c >= 2), row 2·(l & 3) + (c & 1). */
-	cp_async_wait<0>();
-	__syncwarp();
-	{
-		float *part = (float *)&ring[warp][0][0][0];
-
-#pragma unroll
-		for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-			for (int c = 0; c < 4; c++)
-				part[(nt * 4 + c) * 32 + lane] = acc[nt][c];
-	}
+	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
 	__syncthreads();
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
 		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
@@ -181,11 +75,8 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 		const int64_t r = n0 + nt * 8 + 2 * (l & 3) + (c & 1);
 
 		if (t < T && r < N) {
-			float s = 0.0f;
+			float s = gemv_tile_sum<NT>(ring, i);
 
-#pragma unroll
-			for (int v = 0; v < GEMV_WARPS; v++)
-				s += ((const float *)&ring[v][0][0][0])[i];
 			if (bias)
 				s += widen(bias[r]);
 			y[(int64_t)t * N + r] = s;

@@ -12,73 +12,42 @@
  * registers, bf16 × bf16 products exact in f32, f32 accumulation; a row's
  * result depends on K alone, not on the other rows of its expert.
  *
- * Launch: grid (ceil(N / 8·NT), tiles), MOE_GEMV_WARPS warps. Block (bx,
- * s) finds tile s of the plan (cuda_moe.cuh: at most TT rows of one local
+ * Launch: grid (ceil(N / 8·NT), tiles), GEMV_WARPS warps. Block (bx, s)
+ * finds tile s of the plan (cuda_moe.cuh: at most TT rows of one local
  * expert, every warp on its own, no barrier) and computes those rows × the
- * 8·NT weight rows n0 = 8·NT·bx ..: the block of the dense GEMV with the
- * tile's rows as its tokens. Warp v takes the k-steps v, v + WARPS, ... of
- * MOE_GEMV_KSTEP values; lane (g, q) = (lane / 4, lane % 4) streams row g
- * of each n-tile through a per-warp cp.async ring (8 / NT 16-byte vectors
- * deep) and loads the matching 8 x values of tile rows g (and g + 8) one
- * vector ahead; an mma.sync m16n8k16 takes the tile's rows as M and the
- * weight rows as N, its k order a permutation of the loaded order that is
- * the same for x and w. The warps' partial tiles are summed in shared
- * memory in warp order. An expert with more than TT rows has several tiles,
- * adjacent in the grid: its weight comes from HBM once and from L2 after.
+ * 8·NT weight rows n0 = 8·NT·bx ..: the block of the dense GEMV
+ * (cuda_gemv_tile.cuh, the same warp code) with the tile's rows as its
+ * tokens. An expert with more than TT rows has several tiles, adjacent in
+ * the grid: its weight comes from HBM once and from L2 after.
  */
 #ifndef ATLAS_KERNELS_CUDA_MOE_GEMV_CUH
 #define ATLAS_KERNELS_CUDA_MOE_GEMV_CUH
 
-#include "kernels/cuda/cuda_async.cuh"
-#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_gemv_tile.cuh"
 #include "kernels/cuda/cuda_moe.cuh"
-
-#define MOE_GEMV_WARPS 8
-#define MOE_GEMV_U 4                                   /* vectors of a lane per row and k-step */
-#define MOE_GEMV_KSTEP (32 * MOE_GEMV_U)               /* k of one warp step */
-#define MOE_GEMV_KBLOCK (MOE_GEMV_WARPS * MOE_GEMV_KSTEP) /* k of one block step */
-#define MOE_GEMV_RING 8                                /* D · NT: vectors a lane has in flight */
-
-/* The 8 x values of row xr at k (0 when !ok or past K). */
-__device__ __forceinline__ void moe_gemv_load_x(float4 (&xv)[2], const float *xr, bool ok, int k,
-						int K)
-{
-	if (ok && k < K) {
-		xv[0] = __ldg((const float4 *)(xr + k));
-		xv[1] = __ldg((const float4 *)(xr + k) + 1);
-	} else {
-		xv[0] = xv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	}
-}
 
 /* NT: n-tiles of 8 weight rows a block; TT: rows a tile (8 or 16). Params
  * as in the header; slot0: the tile of blockIdx.y 0 (launches of more than
  * 65535 tiles go in parts); fault: the backend's fault word. */
 template <int NT, int TT>
-__global__ void __launch_bounds__(MOE_GEMV_WARPS * 32, 1)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
 moe_gemv_kernel(float *__restrict__ y, const float *__restrict__ x,
 		const __nv_bfloat16 *__restrict__ w, const int32_t *__restrict__ order,
 		const int32_t *__restrict__ offsets, int R, int N, int K, int k, int e0, int n_local,
 		int64_t slot0, unsigned *fault)
 {
-	constexpr int HALVES = TT / 8, D = MOE_GEMV_RING / NT, NOUT = NT * 4 * 32;
+	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, NOUT = NT * 4 * 32;
 	static_assert(TT == 8 || TT == 16, "one token tile at most");
 	static_assert(NOUT <= D * NT * 32 * 4, "a warp's partial tile fits in its ring");
-	__shared__ __align__(16) uint4 ring[MOE_GEMV_WARPS][D][NT][32];
+	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	const moe_tile tile = moe_find_tile(offsets, e0, n_local, R, TT, slot0 + blockIdx.y,
 					    CUDA_FAULT_MOE_MATMUL, fault);
 	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
-	const int kw = warp * MOE_GEMV_KSTEP + 8 * q;
-	const int nv = K > warp * MOE_GEMV_KSTEP ? (K - warp * MOE_GEMV_KSTEP + MOE_GEMV_KBLOCK - 1) /
-							   MOE_GEMV_KBLOCK * MOE_GEMV_U
-						 : 0;
 	const __nv_bfloat16 *we;
-	float acc[NT][4];
 	const __nv_bfloat16 *wr[NT];
 	const float *xr[HALVES];
 	bool wok[NT], xok[HALVES];
-	float4 xn[HALVES][2];
 
 	if (!tile.rows)
 		return; /* past the last tile: the whole block (every warp found the same) */
@@ -89,7 +58,6 @@ moe_gemv_kernel(float *__restrict__ y, const float *__restrict__ x,
 
 		wok[nt] = r < N;
 		wr[nt] = we + (wok[nt] ? r : 0) * K;
-		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 	}
 #pragma unroll
 	for (int h = 0; h < HALVES; h++) {
@@ -101,87 +69,15 @@ moe_gemv_kernel(float *__restrict__ y, const float *__restrict__ x,
 		xok[h] = t < tile.rows && src >= 0;
 		xr[h] = x + (int64_t)(xok[h] ? src : 0) * K;
 	}
-	/* k of this lane's vector v */
-	auto kof = [&](int v) {
-		return kw + v / MOE_GEMV_U * MOE_GEMV_KBLOCK + v % MOE_GEMV_U * 32;
-	};
-	/* one commit group per vector, empty past the end, so that cp_async_wait counts vectors */
-	auto issue = [&](int v) {
-		if (v < nv) {
-			const int kk = kof(v);
-
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++) {
-				const bool ok = wok[nt] && kk < K;
-
-				cp_async16(smem_addr(&ring[warp][v % D][nt][lane]), ok ? wr[nt] + kk : w,
-					   ok);
-			}
-		}
-		cp_async_commit();
-	};
-
-#pragma unroll
-	for (int d = 0; d < D - 1; d++)
-		issue(d);
-#pragma unroll
-	for (int h = 0; h < HALVES; h++)
-		moe_gemv_load_x(xn[h], xr[h], xok[h] && nv > 0, kof(0), K);
-	for (int v = 0; v < nv; v++) {
-		uint32_t xa[HALVES][4];
-		uint4 wv[NT];
-
-		issue(v + D - 1);
-#pragma unroll
-		for (int h = 0; h < HALVES; h++) {
-			xa[h][0] = mma_pack_bf16(xn[h][0].x, xn[h][0].y);
-			xa[h][1] = mma_pack_bf16(xn[h][0].z, xn[h][0].w);
-			xa[h][2] = mma_pack_bf16(xn[h][1].x, xn[h][1].y);
-			xa[h][3] = mma_pack_bf16(xn[h][1].z, xn[h][1].w);
-			moe_gemv_load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
-		}
-		cp_async_wait<D - 1>();
-#pragma unroll
-		for (int nt = 0; nt < NT; nt++)
-			wv[nt] = ring[warp][v % D][nt][lane];
-#pragma unroll
-		for (int s = 0; s < 2; s++) {
-			const uint32_t a[4] = { xa[0][2 * s], HALVES > 1 ? xa[HALVES - 1][2 * s] : 0u,
-						xa[0][2 * s + 1],
-						HALVES > 1 ? xa[HALVES - 1][2 * s + 1] : 0u };
-
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-				mma_16816(acc[nt], a, s ? wv[nt].z : wv[nt].x, s ? wv[nt].w : wv[nt].y);
-		}
-	}
-	/* The warp's partial tile over its own (now idle) ring; accumulator c of
-	 * lane l: tile row (l >> 2) + 8·(c >= 2), weight row 2·(l & 3) + (c & 1). */
-	cp_async_wait<0>();
-	__syncwarp();
-	{
-		float *part = (float *)&ring[warp][0][0][0];
-
-#pragma unroll
-		for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-			for (int c = 0; c < 4; c++)
-				part[(nt * 4 + c) * 32 + lane] = acc[nt][c];
-	}
+	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
 	__syncthreads();
 	for (int i = threadIdx.x; i < NOUT; i += blockDim.x) {
 		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
 		const int t = (l >> 2) + (c >= 2 ? 8 : 0);
 		const int64_t r = n0 + nt * 8 + 2 * (l & 3) + (c & 1);
 
-		if (t < tile.rows && r < N) {
-			float sum = 0.0f;
-
-#pragma unroll
-			for (int v = 0; v < MOE_GEMV_WARPS; v++)
-				sum += ((const float *)&ring[v][0][0][0])[i];
-			y[(int64_t)(tile.row0 + t) * N + r] = sum;
-		}
+		if (t < tile.rows && r < N)
+			y[(int64_t)(tile.row0 + t) * N + r] = gemv_tile_sum<NT>(ring, i);
 	}
 }
 
@@ -205,7 +101,7 @@ static cudaError_t moe_gemv_launch(cudaStream_t stream, float *y, const float *x
 	for (int64_t s0 = 0; s0 < tiles; s0 += 65535) {
 		const unsigned ny = (unsigned)(tiles - s0 < 65535 ? tiles - s0 : 65535);
 
-		moe_gemv_kernel<NT, TT><<<dim3(nx, ny), MOE_GEMV_WARPS * 32, 0, stream>>>(
+		moe_gemv_kernel<NT, TT><<<dim3(nx, ny), GEMV_WARPS * 32, 0, stream>>>(
 			y, x, w, order, offsets, R, N, K, k, e0, n_local, s0, fault);
 	}
 	return cudaGetLastError();

@@ -1,0 +1,146 @@
+/* The warp's part of the tensor-core GEMV, shared by the dense GEMV
+ * (cuda_gemv.cu) and the grouped expert GEMV (cuda_moe_gemv.cuh): a block
+ * of GEMV_WARPS warps owns 8·NT rows of w and up to 8·HALVES rows of x;
+ * warp v takes the k-steps v, v + GEMV_WARPS, ... of GEMV_KSTEP values and
+ * leaves its partial tile in its own ring, and the block sums the warps'
+ * tiles in warp order (gemv_tile_sum) after a barrier. How a lane streams
+ * w through its cp.async ring and feeds the mma is described at the top of
+ * cuda_gemv.cu; the callers only choose the rows: which rows of w (wr, wok)
+ * and which rows of x (xr, xok) the tile holds.
+ */
+#ifndef ATLAS_KERNELS_CUDA_GEMV_TILE_CUH
+#define ATLAS_KERNELS_CUDA_GEMV_TILE_CUH
+
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_async.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
+
+#define GEMV_WARPS 8
+#define GEMV_U 4                               /* vectors of a lane per row and k-step */
+#define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
+#define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
+#define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
+
+/* The 8 x values of row xr at k (0 when !ok or past K). */
+__device__ __forceinline__ void gemv_load_x(float4 (&xv)[2], const float *xr, bool ok, int k,
+					    int K)
+{
+	if (ok && k < K) {
+		xv[0] = __ldg((const float4 *)(xr + k));
+		xv[1] = __ldg((const float4 *)(xr + k) + 1);
+	} else {
+		xv[0] = xv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+}
+
+/* Warp `warp` (lane `lane`) of the block: the products of its k-steps of
+ * the tile's x rows xr[h] (h < HALVES; row g + 8h of the tile, xok false:
+ * zeros) with the weight rows wr[nt] (row g of n-tile nt; wok false:
+ * skipped) into acc, which it then leaves in its ring:
+ * ring[warp] as floats [NT·4][32], element (nt·4 + c)·32 + lane is
+ * accumulator c of lane `lane` for n-tile nt (token (lane >> 2) + 8·(c >= 2),
+ * weight row 2·(lane & 3) + (c & 1)). w: any valid address (the source of
+ * masked copies). The caller syncs the block before gemv_tile_sum. */
+template <int NT, int HALVES>
+__device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
+					       int warp, int lane, const __nv_bfloat16 *w,
+					       const __nv_bfloat16 *const (&wr)[NT],
+					       const bool (&wok)[NT], const float *const (&xr)[HALVES],
+					       const bool (&xok)[HALVES], int K)
+{
+	constexpr int D = GEMV_RING_VECTORS / NT;
+	const int q = lane & 3;
+	const int kw = warp * GEMV_KSTEP + 8 * q;
+	const int nv = K > warp * GEMV_KSTEP
+			       ? (K - warp * GEMV_KSTEP + GEMV_KBLOCK - 1) / GEMV_KBLOCK * GEMV_U
+			       : 0;
+	float acc[NT][4];
+	float4 xn[HALVES][2];
+
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++)
+		acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+	/* k of this lane's vector v */
+	auto kof = [&](int v) { return kw + v / GEMV_U * GEMV_KBLOCK + v % GEMV_U * 32; };
+	/* one commit group per vector, empty past the end, so that cp_async_wait counts vectors */
+	auto issue = [&](int v) {
+		if (v < nv) {
+			const int k = kof(v);
+
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				const bool ok = wok[nt] && k < K;
+
+				cp_async16(smem_addr(&ring[warp][v % D][nt][lane]),
+					   ok ? wr[nt] + k : w, ok);
+			}
+		}
+		cp_async_commit();
+	};
+
+#pragma unroll
+	for (int d = 0; d < D - 1; d++)
+		issue(d);
+#pragma unroll
+	for (int h = 0; h < HALVES; h++)
+		gemv_load_x(xn[h], xr[h], xok[h] && nv > 0, kof(0), K);
+	for (int v = 0; v < nv; v++) {
+		uint32_t xa[HALVES][4];
+		uint4 wv[NT];
+
+		issue(v + D - 1);
+#pragma unroll
+		for (int h = 0; h < HALVES; h++) {
+			xa[h][0] = mma_pack_bf16(xn[h][0].x, xn[h][0].y);
+			xa[h][1] = mma_pack_bf16(xn[h][0].z, xn[h][0].w);
+			xa[h][2] = mma_pack_bf16(xn[h][1].x, xn[h][1].y);
+			xa[h][3] = mma_pack_bf16(xn[h][1].z, xn[h][1].w);
+			gemv_load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
+		}
+		cp_async_wait<D - 1>();
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+			wv[nt] = ring[warp][v % D][nt][lane];
+#pragma unroll
+		for (int s = 0; s < 2; s++) {
+			const uint32_t a[4] = { xa[0][2 * s], HALVES > 1 ? xa[HALVES - 1][2 * s] : 0u,
+						xa[0][2 * s + 1],
+						HALVES > 1 ? xa[HALVES - 1][2 * s + 1] : 0u };
+
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++)
+				mma_16816(acc[nt], a, s ? wv[nt].z : wv[nt].x, s ? wv[nt].w : wv[nt].y);
+		}
+	}
+	/* The warp's partial tile over its own (now idle) ring. */
+	cp_async_wait<0>();
+	__syncwarp();
+	{
+		float *part = (float *)&ring[warp][0][0][0];
+
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+				part[(nt * 4 + c) * 32 + lane] = acc[nt][c];
+	}
+}
+
+/* Element i of the tile (as gemv_tile_warp lays it out) summed over the
+ * warps, in warp order. */
+template <int NT>
+__device__ __forceinline__ float gemv_tile_sum(const uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
+					       int i)
+{
+	float s = 0.0f;
+
+#pragma unroll
+	for (int v = 0; v < GEMV_WARPS; v++)
+		s += ((const float *)&ring[v][0][0][0])[i];
+	return s;
+}
+
+#endif
