@@ -2,7 +2,8 @@
  * on loopback addresses:
  *
  *  - tokens and logits with ep = 2 and 3 are bitwise those of ep = 1, four
- *    sessions at once (batched decode, prompts of several chunks);
+ *    sessions at once (batched decode, prompts of several chunks), and with
+ *    ep = 2 and prompt-lookup drafts verified across the ranks;
  *  - a worker killed mid-turn: the running turns fail within ep_timeout
  *    with an error naming the rank, ctl/ep's stats say which rank is gone,
  *    new turns fail at once saying so; a restarted worker lets the head
@@ -197,22 +198,29 @@ static void test_reference(void **state)
 	atlas_engine_close(e);
 }
 
-/* ep ranks: the head here, workers 1 .. ep-1 as processes. */
-static void equal_with(int ep)
+/* ep ranks: the head here, workers 1 .. ep-1 as processes; with
+ * prompt-lookup drafts verified across the ranks when spec. */
+static void equal_with(int ep, bool spec)
 {
 	struct atlas_config c;
 	pid_t w[4];
-	char what[32];
+	char what[48];
 	config(&c, ep, free_port());
+	if (spec) {
+		c.spec = ATLAS_SPEC_NGRAM;
+		c.spec_gate = false;
+	}
 	for (int r = 1; r < ep; r++)
 		w[r] = start_worker(&c, r);
 	struct atlas_engine *e = open_engine(&c);
 	struct run got;
 	run_all(e, &got);
-	snprintf(what, sizeof what, "ep = %d", ep);
+	snprintf(what, sizeof what, "ep = %d%s", ep, spec ? ", prompt lookup" : "");
 	assert_same_run(&got, &reference, what);
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	assert_int_equal(atlas_engine_stats(e, st), 0);
+	if (spec && st->spec.drafts_total == 0)
+		fail_msg("prompt lookup never drafted: the test checks nothing of it");
 	assert_int_equal(st->ep.ranks, ep);
 	assert_true(st->ep.up);
 	assert_true(st->ep.collectives_total > 0);
@@ -226,8 +234,9 @@ static void equal_with(int ep)
 		wait_worker(w[r], 0);
 }
 
-static void test_ep2(void **state) { equal_with(2); }
-static void test_ep3(void **state) { equal_with(3); }
+static void test_ep2(void **state) { equal_with(2, false); }
+static void test_ep3(void **state) { equal_with(3, false); }
+static void test_ep2_spec(void **state) { equal_with(2, true); }
 
 /* A turn long enough to be running when the worker is hit. */
 static void fault(int sig)
@@ -324,6 +333,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_reference),
 		cmocka_unit_test(test_ep2),
 		cmocka_unit_test(test_ep3),
+		cmocka_unit_test(test_ep2_spec),
 		cmocka_unit_test(test_killed),
 		cmocka_unit_test(test_stopped),
 		cmocka_unit_test(test_mismatch),
