@@ -239,11 +239,13 @@ struct kt_ops {
 	/* y = x · wᵀ (+ bias)   y [T, N] f32, x [T, K] f32, w [N, K], bias NULL or [1, N] */
 	int (*matmul)(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		      const struct kt_tensor *w, const struct kt_tensor *bias);
-	/* Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face) pairing:
-	 * (x[i], x[i + D/2]) rotated by pos[t] * inv_freq[i], angle in f32.
+	/* Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face) pairing
+	 * over the first R = 2 * inv_freq.cols dims of each head (R <= D, even;
+	 * R < D is partial rotary, the other D - R dims pass unchanged):
+	 * (x[i], x[i + R/2]) rotated by pos[t] * inv_freq[i], angle in f32.
 	 * If norm_w: each head's D values are first RMS-normalised as rmsnorm
 	 * does (eps) and scaled by norm_w [1, D] (Qwen3's q_norm and k_norm).
-	 * x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32. */
+	 * x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, R/2] f32. */
 	int (*rope)(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
 		    const struct kt_tensor *inv_freq, int n_heads, int head_dim,
 		    const struct kt_tensor *norm_w, float eps);
@@ -413,6 +415,54 @@ struct kt_ops {
 	 * finished: 1, 0 while it runs, or a negative errno if it failed. Never
 	 * waits. */
 	int (*copy_done)(struct kt_backend *be, uint64_t ticket);
+
+	/* Gated DeltaNet (DESIGN §11): the linear-attention layers of the hybrid
+	 * families. A sequence keeps one row of each such layer's state tensor
+	 * state [n_slots, F] f32: the causal conv's last K - 1 inputs [K - 1, C]
+	 * (oldest first) at float 0, then the delta rule's matrices [Hv, dk, dv]
+	 * at float `off`. Row t of a step uses state row slot[t] (slot [T, 1]
+	 * i32) at position b->pos[t]. A sequence's rows in a step are
+	 * consecutive rows at consecutive positions (its decode or verify rows,
+	 * or one segment) and no two sequences share a state row; a row at
+	 * position 0 starts from the zero state whatever its row holds. Each op
+	 * reads a sequence's state as it was before its first row and leaves it
+	 * as it is after its last. b gives the step's shape on the host (a
+	 * backend may pick kernels by it); graph-safe like attention.
+	 *
+	 * conv1d: out[t, c] = silu(sum over j < K of w[c, j] · in(pos[t] - K + 1 + j, c))
+	 * where in(p, c) is x[row of t's sequence at position p, c] for a row of
+	 * this step, the state's input of position p for one before them, and 0
+	 * before position 0. out, x [T, C] f32 (apart), w [C, K] weight. */
+	int (*conv1d)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		      const struct kt_tensor *w, const struct kt_tensor *state,
+		      const struct kt_tensor *slot, const struct kt_batch *b);
+	/* delta_rule: the gated delta rule over qkv [T, 2 * Hk * dk + Hv * dv]
+	 * f32 (Hk q heads, Hk k heads of dk, Hv v heads of dv: a conv1d's out)
+	 * and ba [T, 2 * Hv] f32 (Hv b, then Hv a). Per row t and value head h,
+	 * whose q and k head is h / (Hv / Hk), with S the [dk, dv] matrix of
+	 * head h in t's state:
+	 *   q = l2(q) / sqrt(dk), k = l2(k)      l2(x) = x / sqrt(sum x² + 1e-6)
+	 *   beta = sigmoid(b[h])                 g = -exp(a_log[h]) · softplus(a[h] + dt_bias[h])
+	 *   S = exp(g) · S;  S = S + k ⊗ (beta · (v - Sᵀ k));  out[t, h] = Sᵀ q
+	 * softplus(x) = x above 20, else log(1 + exp(x)) (torch's threshold).
+	 * out [T, Hv * dv] f32; a_log, dt_bias [1, Hv] f32; Hv a multiple of Hk. */
+	int (*delta_rule)(struct kt_backend *be, const struct kt_tensor *out,
+			  const struct kt_tensor *qkv, const struct kt_tensor *ba,
+			  const struct kt_tensor *a_log, const struct kt_tensor *dt_bias,
+			  const struct kt_tensor *state, int64_t off, const struct kt_tensor *slot,
+			  const struct kt_batch *b, int n_k_heads, int n_v_heads, int k_dim,
+			  int v_dim);
+	/* out = x / rms(x) · w · silu(z), per row (rms as rmsnorm's, eps): the
+	 * gated norm of the delta rule's heads. out, x, z [R, D] f32 (out may be
+	 * x); w [1, D]. */
+	int (*rmsnorm_gated)(struct kt_backend *be, const struct kt_tensor *out,
+			     const struct kt_tensor *x, const struct kt_tensor *z,
+			     const struct kt_tensor *w, float eps);
+	/* out = x · sigmoid(g)   out, x [R, D] f32 (out may be x); g [R, D] f32, or
+	 * [R, 1] f32: one gate per row (an attention output gate; a shared
+	 * expert's gate). */
+	int (*sigmoid_mul)(struct kt_backend *be, const struct kt_tensor *out,
+			   const struct kt_tensor *x, const struct kt_tensor *g);
 };
 
 /* The most experts a token is routed to (moe_route's k = ids.cols,
@@ -548,6 +598,24 @@ static inline int kt_copy_async(struct kt_backend *be, void *host, const struct 
 { return KT_OP(copy_async, host, t, off, bytes, to_host, ticket); }
 static inline int kt_copy_done(struct kt_backend *be, uint64_t ticket)
 { return KT_OP(copy_done, ticket); }
+static inline int kt_conv1d(struct kt_backend *be, const struct kt_tensor *out,
+			    const struct kt_tensor *x, const struct kt_tensor *w,
+			    const struct kt_tensor *state, const struct kt_tensor *slot,
+			    const struct kt_batch *b) { return KT_OP(conv1d, out, x, w, state, slot, b); }
+static inline int kt_delta_rule(struct kt_backend *be, const struct kt_tensor *out,
+				const struct kt_tensor *qkv, const struct kt_tensor *ba,
+				const struct kt_tensor *a_log, const struct kt_tensor *dt_bias,
+				const struct kt_tensor *state, int64_t off,
+				const struct kt_tensor *slot, const struct kt_batch *b,
+				int n_k_heads, int n_v_heads, int k_dim, int v_dim)
+{ return KT_OP(delta_rule, out, qkv, ba, a_log, dt_bias, state, off, slot, b, n_k_heads, n_v_heads, k_dim, v_dim); }
+static inline int kt_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
+				   const struct kt_tensor *x, const struct kt_tensor *z,
+				   const struct kt_tensor *w, float eps)
+{ return KT_OP(rmsnorm_gated, out, x, z, w, eps); }
+static inline int kt_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out,
+				 const struct kt_tensor *x, const struct kt_tensor *g)
+{ return KT_OP(sigmoid_mul, out, x, g); }
 #undef KT_OP
 
 #endif
