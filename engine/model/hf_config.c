@@ -130,6 +130,19 @@ static int parse_rope(const struct hf_json *f, struct model_config *cfg, char *e
 		return atlas_errf(err, errlen, -EINVAL, "%s: key rope_theta: must be positive",
 				  f->path);
 
+	/* partial_rotary_factor: in the rotary object (5.x), else at the top (4.x) */
+	double partial = 1.0;
+	rc = hf_double(f, hf_get(rope, "partial_rotary_factor") ? rope : f->root,
+		       "partial_rotary_factor", false, 1.0, &partial, err, errlen);
+	if (rc)
+		return rc;
+	cfg->rope_dim = (int)(cfg->head_dim * partial); /* transformers' int(head_dim * factor) */
+	if (!(partial > 0 && partial <= 1) || cfg->rope_dim < 2 || cfg->rope_dim % 2)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: key partial_rotary_factor: %g of head_dim %d must give an "
+				  "even number of rotated dims, at least 2", f->path, partial,
+				  cfg->head_dim);
+
 	cfg->rope_type = MODEL_ROPE_DEFAULT;
 	cfg->rope_factor = 1.0;
 	cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0.0;
@@ -137,14 +150,6 @@ static int parse_rope(const struct hf_json *f, struct model_config *cfg, char *e
 	if (!rope)
 		return 0;
 
-	double partial = 1.0;
-	rc = hf_double(f, rope, "partial_rotary_factor", false, 1.0, &partial, err, errlen);
-	if (rc)
-		return rc;
-	if (partial != 1.0)
-		return atlas_errf(err, errlen, -ENOTSUP,
-				  "%s: key %s.partial_rotary_factor: only 1 is supported", f->path,
-				  obj_key);
 
 	json_t *type = hf_get(rope, "rope_type");
 	if (!type)
@@ -381,11 +386,11 @@ out_conf:
  * wavelengths divided by factor, short ones kept, the middle interpolated. */
 void model_rope_inv_freq(const struct model_config *cfg, float *inv_freq)
 {
-	const int half = cfg->head_dim / 2;
+	const int half = cfg->rope_dim / 2;
 	const float base = (float)cfg->rope_theta;
 
 	for (int i = 0; i < half; i++)
-		inv_freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)cfg->head_dim);
+		inv_freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)cfg->rope_dim);
 	if (cfg->rope_type != MODEL_ROPE_LLAMA3)
 		return;
 

@@ -50,6 +50,8 @@ struct model_config {
 	int max_position_embeddings;
 	float rms_norm_eps;
 	double rope_theta;
+	int rope_dim;                   /* R: the first R dims of each head rotate (head_dim ·
+					 * partial_rotary_factor; even, at most head_dim) */
 	enum model_rope_type rope_type;
 	double rope_factor, rope_low_freq_factor, rope_high_freq_factor;  /* llama3 scaling */
 	int rope_original_max_position;
@@ -69,6 +71,16 @@ struct model_config {
 	int moe_intermediate_size;      /* each expert's MLP width */
 	bool norm_topk_prob;            /* the k routing weights divided by their sum */
 	int n_moe_layers;
+
+	/* Linear-attention (Gated DeltaNet) layers, set by a hybrid family:
+	 * state per sequence and layer = the conv's last K - 1 inputs of its
+	 * C = 2 * Hk * dk + Hv * dv channels, then Hv matrices [dk, dv]. */
+	struct model_linear {
+		int k_heads, v_heads;       /* Hk, Hv: linear_num_{key,value}_heads, Hk | Hv */
+		int k_dim, v_dim;           /* dk, dv: linear_{key,value}_head_dim */
+		int conv_kernel;            /* K: linear_conv_kernel_dim */
+	} linear;
+	int shared_expert_intermediate_size;  /* an MoE layer's shared expert, 0: none */
 
 	/* Layer kinds, set by the family. */
 	struct model_layer layers[MODEL_MAX_LAYERS];  /* [n_layers] */
@@ -173,6 +185,12 @@ struct model_step {
 	/* A head's final hidden rows of out_rows, [n_out, hidden] f32: the
 	 * hidden input of the next draft's row. */
 	struct kt_tensor hidden_out;
+	/* The recurrent states of the linear-attention layers (n_linear_layers
+	 * tensors [n_slots, linear_state_floats] f32, the layout of kt
+	 * conv1d / delta_rule), and each row's state row [T, 1] i32; unused by
+	 * a model without linear layers. */
+	const struct kt_tensor *state;
+	struct kt_tensor state_slot;
 };
 
 /* Attention of the step's rows over the paged cache of attention layer

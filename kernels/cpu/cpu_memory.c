@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "kernels/cpu/cpu_impl.h"
 
 #define CPU_ALIGN 64
@@ -168,29 +169,6 @@ int cpu_download(struct kt_backend *be, void *dst, const struct kt_tensor *src, 
 	return 0;
 }
 
-/* IEEE binary16 to binary32, exact for every input: subnormals are
- * renormalized, inf stays inf, nan keeps its sign and payload. */
-static uint32_t f16_to_f32_bits(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t mant = h & 0x3ff;
-
-	if (exp == 0x1f)
-		return sign | 0x7f800000 | (mant << 13);
-	if (exp)
-		return sign | ((exp + 127 - 15) << 23) | (mant << 13);
-	if (!mant)
-		return sign;
-	/* Subnormal mant * 2^-24: shift the leading one up to bit 10. */
-	exp = 127 - 15 + 1;
-	while (!(mant & 0x400)) {
-		mant <<= 1;
-		exp--;
-	}
-	return sign | (exp << 23) | ((mant & 0x3ff) << 13);
-}
-
 /* Convert n elements of src (any alignment) into dst f32. */
 static void convert_to_f32(const struct cpu_backend *cpu, enum kt_dtype src_dtype,
 			   const void *src, float *dst, size_t n)
@@ -207,7 +185,7 @@ static void convert_to_f32(const struct cpu_backend *cpu, enum kt_dtype src_dtyp
 		uint32_t bits;
 
 		memcpy(&h, s + 2 * i, sizeof(h));
-		bits = src_dtype == KT_F16 ? f16_to_f32_bits(h) : (uint32_t)h << 16;
+		bits = src_dtype == KT_F16 ? half_f16_bits(h) : half_bf16_bits(h);
 		memcpy(&dst[i], &bits, sizeof(bits));
 	}
 }

@@ -271,7 +271,7 @@ static void test_refusals(void **state)
  * formula in double precision, not from the code under test. */
 static void test_rope_default(void **state)
 {
-	struct model_config c = { .head_dim = 32,
+	struct model_config c = { .head_dim = 32, .rope_dim = 32,
 				  .rope_theta = 1e6,
 				  .rope_type = MODEL_ROPE_DEFAULT };
 	float inv[16];
@@ -279,6 +279,22 @@ static void test_rope_default(void **state)
 	model_rope_inv_freq(&c, inv);
 	for (int i = 0; i < 16; i++) {
 		double want = pow(1e6, -2.0 * i / 32);
+		assert_float_equal(inv[i], want, want * 2e-6);
+	}
+}
+
+/* Partial rotary (Qwen3-Next's partial_rotary_factor 0.25 of head_dim 32):
+ * R = 8 rotated dims, frequencies theta^(-2i/R) over i < R/2, from the
+ * formula in double precision. */
+static void test_rope_partial(void **state)
+{
+	struct model_config c = { .head_dim = 32, .rope_dim = 8, .rope_theta = 1e7,
+				  .rope_type = MODEL_ROPE_DEFAULT };
+	float inv[4];
+
+	model_rope_inv_freq(&c, inv);
+	for (int i = 0; i < 4; i++) {
+		double want = pow(1e7, -2.0 * i / 8);
 		assert_float_equal(inv[i], want, want * 2e-6);
 	}
 }
@@ -291,7 +307,7 @@ static void test_rope_llama3(void **state)
 {
 	static const double want[8] = { 1.0, 0.244384599, 0.013042256, 0.00395284708, 0.00125,
 					0.000395284708, 0.000125, 3.95284708e-05 };
-	struct model_config c = { .head_dim = 16, .rope_theta = 10000.0,
+	struct model_config c = { .head_dim = 16, .rope_dim = 16, .rope_theta = 10000.0,
 				  .rope_type = MODEL_ROPE_LLAMA3, .rope_factor = 8.0,
 				  .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
 				  .rope_original_max_position = 64 };
@@ -310,6 +326,7 @@ int main(void)
 		cmocka_unit_test(test_defaults_and_generation_config),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_rope_default),
+		cmocka_unit_test(test_rope_partial),
 		cmocka_unit_test(test_rope_llama3),
 	};
 	return cmocka_run_group_tests_name("model_config", tests, make_dir, remove_dir);

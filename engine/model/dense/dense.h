@@ -47,7 +47,7 @@ struct dense_scratch {
 	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
 	struct kt_tensor gate, up;      /* [max_tokens, I] */
 	struct kt_tensor out_h;         /* [max_out, E] final hidden rows that get logits */
-	struct kt_tensor inv_freq;      /* [1, D/2] rotary inverse frequencies */
+	struct kt_tensor inv_freq;      /* [1, R/2] rotary inverse frequencies (R = rope_dim) */
 };
 
 /* What an MTP head has beyond a decoder's weights (dense_head.c): its

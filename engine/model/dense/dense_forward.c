@@ -52,7 +52,7 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	const int64_t t = m->max_tokens, e = c->hidden_size, in = c->intermediate_size;
 	const int64_t q = (int64_t)c->n_heads * c->head_dim;
 	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
-	const int half = c->head_dim / 2;
+	const int half = c->rope_dim / 2;
 	int rc;
 
 	if ((rc = alloc_f32(be, t, e, &s->x, "x", err, errlen)) ||
