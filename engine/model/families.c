@@ -7,12 +7,16 @@
 
 #include "common/err.h"
 #include "engine/model/dense/dense.h"
+#include "engine/model/hybrid/hybrid.h"
 #include "engine/model/script/script.h"
 
 static const struct model_arch archs[] = {
 	{ "Qwen3ForCausalLM", "qwen3", &dense_family, DENSE_QWEN3 },
 	{ "LlamaForCausalLM", "llama", &dense_family, DENSE_LLAMA },
 	{ "Qwen3MoeForCausalLM", "qwen3_moe", &dense_family, DENSE_QWEN3_MOE },
+	{ "Qwen3NextForCausalLM", "qwen3_next", &hybrid_family, HYBRID_QWEN3_NEXT },
+	{ "Qwen3_5ForCausalLM", "qwen3_5_text", &hybrid_family, HYBRID_QWEN35 },
+	{ "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", &hybrid_family, HYBRID_QWEN35_MOE },
 	/* answers scripted by rules, for tests without weights (script.h) */
 	{ "AtlasScriptForCausalLM", "atlas_script", &script_family, 0 },
 };

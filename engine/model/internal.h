@@ -99,6 +99,18 @@ struct model_part {
 int model_bind_stack(struct model *m, struct kt_tensor *dst, const char *what,
 		     const struct model_part *parts, int n, int first, int64_t rows, int64_t cols,
 		     char *err, size_t errlen);
+/* Rows of matrix name [full_rows, cols], gathered run after run into *dst
+ * [sum of n, cols]: run i is rows row0[i] .. row0[i] + n[i] - 1. How a
+ * family regroups a checkpoint's interleaved projection (a head's query and
+ * gate rows, a key group's q, k, v, z rows) into the products it runs. */
+int model_bind_rows(struct model *m, struct kt_tensor *dst, const char *name, int64_t full_rows,
+		    int64_t cols, const int64_t *row0, const int64_t *n, int n_runs, char *err,
+		    size_t errlen);
+/* A vector [cols] held as f32 [1, cols] on every backend, each value plus
+ * add: a zero-centred norm's 1 + w (add 1), a parameter that a kernel
+ * reads in f32 (add 0). Dummy: zeros plus add. */
+int model_bind_f32(struct model *m, struct kt_tensor *dst, const char *name, int64_t cols,
+		   float add, char *err, size_t errlen);
 /* After the family bound everything: log the tensors nobody took and note
  * the dtype that holds most of the bytes. */
 void model_bind_done(struct model *m);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/half.h"
 #include "common/log.h"
 
 static int check_shape(const struct st_tensor *t, int64_t rows, int64_t cols, char *err,
@@ -24,8 +25,10 @@ static int check_shape(const struct st_tensor *t, int64_t rows, int64_t cols, ch
 	const bool is_vector = rows == 0;
 	char want[64], got[160];
 	int n = 0;
+	/* A matrix may come as [rows, 1, cols]: a depthwise conv1d's weight. */
 	bool ok = is_vector ? t->n_dims == 1 && t->shape[0] == cols
-			    : t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols;
+			    : (t->n_dims == 2 || (t->n_dims == 3 && t->shape[1] == 1)) &&
+			      t->shape[0] == rows && t->shape[t->n_dims - 1] == cols;
 
 	if (ok)
 		return 0;
@@ -313,4 +316,120 @@ void model_free_weights(struct model *m)
 	m->dummy = NULL;
 	m->weights = NULL;
 	m->n_weights = m->weights_cap = 0;
+}
+
+int model_bind_rows(struct model *m, struct kt_tensor *dst, const char *name, int64_t full_rows,
+		    int64_t cols, const int64_t *row0, const int64_t *n, int n_runs, char *err,
+		    size_t errlen)
+{
+	int64_t rows = 0;
+	for (int i = 0; i < n_runs; i++) {
+		if (row0[i] < 0 || n[i] < 0 || row0[i] + n[i] > full_rows)
+			return atlas_errf(err, errlen, -EINVAL, "%s: rows %lld.. (%lld) outside %lld",
+					  name, (long long)row0[i], (long long)n[i],
+					  (long long)full_rows);
+		rows += n[i];
+	}
+	if (!m->st)
+		return bind_dummy(m, dst, name, rows, cols, err, errlen);
+	struct st_tensor *t = st_find(m->st, name);
+	int rc;
+
+	if (!t)
+		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
+				  name);
+	if (!t->dtype_ok)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
+				  t->file, name, t->dtype_name);
+	if ((rc = check_shape(t, full_rows, cols, err, errlen)))
+		return rc;
+	const size_t row_bytes = (size_t)cols * kt_dtype_size(t->dtype);
+	unsigned char *buf = malloc((size_t)rows * row_bytes), *p = buf;
+	if (!buf)
+		return atlas_errf(err, errlen, -ENOMEM, "%s: out of host memory", name);
+	for (int i = 0; i < n_runs; i++) {
+		memcpy(p, (const char *)t->data + (size_t)row0[i] * row_bytes,
+		       (size_t)n[i] * row_bytes);
+		p += (size_t)n[i] * row_bytes;
+	}
+	rc = kt_weight(m->be, t->dtype, buf, rows, cols, false, dst);
+	free(buf);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "%s: tensor %s: backend: %s", t->file, name,
+				  strerror(-rc));
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
+	t->bound = true;
+	m->info.parameters += (uint64_t)rows * (uint64_t)cols;
+	m->info.file_bytes += (size_t)rows * row_bytes;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
+}
+
+/* Tensor t's n values as f32 plus add. */
+static void vector_f32(const struct st_tensor *t, int64_t n, float add, float *out)
+{
+	const unsigned char *s = t->data;
+	for (int64_t i = 0; i < n; i++) {
+		uint16_t h;
+		float v;
+		if (t->dtype == KT_F32) {
+			memcpy(&v, s + 4 * i, sizeof v);
+		} else {
+			memcpy(&h, s + 2 * i, sizeof h);
+			v = half_bits_to_float(t->dtype == KT_F16 ? half_f16_bits(h)
+								  : half_bf16_bits(h));
+		}
+		out[i] = v + add;
+	}
+}
+
+int model_bind_f32(struct model *m, struct kt_tensor *dst, const char *name, int64_t cols,
+		   float add, char *err, size_t errlen)
+{
+	struct st_tensor *t = NULL;
+	int rc;
+
+	if (m->st) {
+		if (!(t = st_find(m->st, name)))
+			return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing",
+					  m->st->source, name);
+		if (!t->dtype_ok)
+			return atlas_errf(err, errlen, -EINVAL,
+					  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
+					  t->file, name, t->dtype_name);
+		if ((rc = check_shape(t, 0, cols, err, errlen)))
+			return rc;
+	}
+	float *v = malloc((size_t)cols * sizeof *v);
+	if (!v)
+		return atlas_errf(err, errlen, -ENOMEM, "%s: out of host memory", name);
+	*dst = (struct kt_tensor){ 0 };
+	if (t)
+		vector_f32(t, cols, add, v);
+	else
+		for (int64_t i = 0; i < cols; i++)
+			v[i] = add;
+	if ((rc = kt_alloc(m->be, KT_F32, 1, cols, dst)) ||
+	    (rc = kt_upload(m->be, dst, 0, v, (size_t)cols * sizeof *v))) {
+		free(v);
+		if (dst->data)
+			kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "%s: backend: %s", name, strerror(-rc));
+	}
+	free(v);
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
+	if (t) {
+		t->bound = true;
+		m->info.file_bytes += t->nbytes;
+	}
+	m->info.parameters += (uint64_t)cols;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
 }

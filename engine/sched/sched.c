@@ -426,7 +426,13 @@ static void collect_lost(struct sched *s)
  * step out (-EAGAIN). */
 static int add_seq(struct sched *s, struct step_cmd *cmd, struct sched_req *r, int n)
 {
-	const int start = r->seq.n_tokens, end = start + n, last = (int)r->n_tokens - 1;
+	const int start = r->seq.n_tokens, last = (int)r->n_tokens - 1;
+	/* Drafts through linear-attention layers: their recurrent state is
+	 * remembered first, for sched_settle to go back to; without room for
+	 * the copy, the step carries no drafts. */
+	if (start + n - 1 > last && s->pool->state.n_layers && seq_snapshot(s->pool, &r->seq))
+		n = ATLAS_MAX(1, last + 1 - start);
+	const int end = start + n;
 	int blocks = seq_resolve(s->pool, &r->seq, end, cmd->tables + cmd->n_table, s->max_blocks);
 	if (blocks == -EAGAIN) {
 		s->deferrals++;
@@ -581,5 +587,9 @@ int sched_settle(struct sched *s, const struct step_cmd *cmd, int i, int kept)
 	const struct step_seq *q = &cmd->seqs[i];
 	if (r->forgotten || kept >= q->n_rows)
 		return 0;
+	/* A recurrent state went through every row: back to the snapshot
+	 * add_seq took before them, and the kept rows are fed again. */
+	if (s->pool->state.n_layers)
+		return seq_truncate(s->pool, &r->seq, q->pos0);
 	return seq_truncate(s->pool, &r->seq, q->pos0 + ATLAS_MAX(kept, 1));
 }

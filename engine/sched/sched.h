@@ -166,7 +166,9 @@ int sched_plan(struct sched *s, struct step_cmd *cmd);
 /* The step ran: its sequences' K/V are written. */
 void sched_commit(struct sched *s, const struct step_cmd *cmd);
 /* After sched_commit: of the verify segment of cmd.seqs[i], only the first
- * `kept` rows (>= 1) stay, the KV of the rest is forgotten (seq_truncate). */
+ * `kept` rows (>= 1) stay, the KV of the rest is forgotten (seq_truncate).
+ * A model with linear-attention layers goes back to the state before the
+ * segment (its snapshot) and its next step feeds the kept rows again. */
 int sched_settle(struct sched *s, const struct step_cmd *cmd, int i, int kept);
 
 #endif

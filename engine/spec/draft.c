@@ -91,6 +91,11 @@ static int draft_open(const struct atlas_config *c, const struct step_limits *mo
 	int rc = exec_open(&dc, EXEC_MODEL, c->max_batch, &lim, &m->x, err, errlen);
 	if (!rc && (rc = step_cmd_alloc(&m->cmd, &m->x->lim)))
 		atlas_errf(err, errlen, rc, "out of memory");
+	/* Its sequences roll back by truncating KV alone (draft_seqs.c). */
+	if (!rc && m->x->mc->n_linear_layers)
+		rc = atlas_errf(err, errlen, -ENOTSUP,
+				"%s has linear-attention layers: a draft model must be all full "
+				"attention (use spec mtp or ngram)", m->x->mc->architecture);
 	if (rc) {
 		atlas_errprefix(err, errlen, "draft_model %s", c->draft_model);
 		exec_close(m->x);

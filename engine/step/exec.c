@@ -134,6 +134,7 @@ static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 	if ((rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_ids)) ||
 	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_pos)) ||
 	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_seq)) ||
+	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_state_slot)) ||
 	    (rc = kt_alloc(be, KT_I32, l->max_out, 1, &x->d_out_rows)) ||
 	    (rc = kt_alloc(be, KT_I32, rows, x->geo.max_blocks, &x->d_tables)) ||
 	    (rc = kt_alloc(be, KT_F32, l->max_out, vocab, &x->d_logits)) ||
@@ -143,12 +144,14 @@ static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 	x->ids = calloc((size_t)l->max_rows, sizeof *x->ids);
 	x->pos = calloc((size_t)l->max_rows, sizeof *x->pos);
 	x->seqslot = calloc((size_t)l->max_rows, sizeof *x->seqslot);
+	x->stslot = calloc((size_t)l->max_rows, sizeof *x->stslot);
 	x->out_rows = calloc((size_t)l->max_rows, sizeof *x->out_rows);
 	x->sample = calloc((size_t)l->max_out, sizeof *x->sample);
 	x->segments = calloc((size_t)l->max_seqs, sizeof *x->segments);
 	x->tokens = calloc((size_t)l->max_out, sizeof *x->tokens);
 	x->logits = malloc((size_t)l->max_out * (size_t)vocab * sizeof *x->logits);
-	if (!x->ids || !x->pos || !x->seqslot || !x->out_rows || !x->sample || !x->segments ||
+	if (!x->ids || !x->pos || !x->seqslot || !x->stslot || !x->out_rows || !x->sample ||
+	    !x->segments ||
 	    !x->tokens || !x->logits)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for step buffers");
 	return 0;
@@ -226,10 +229,13 @@ static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t 
 	uint64_t kv_bytes = 0;
 	if ((rc = alloc_buffers(x, err, errlen)) || (rc = kv_budget(x, &kv_bytes, err, errlen)))
 		return rc;
-	/* Recurrent states: one per sequence slot and one snapshot each. */
+	/* Recurrent states: one per sequence slot and one snapshot each, and
+	 * the padding rows' of graphed steps. */
 	if ((rc = seq_pool_init(&x->pool, x->be, x->mc, c->kv_block_size, kv_bytes,
-				2 * x->n_seq_slots, err, errlen)))
+				2 * x->n_seq_slots + 1, err, errlen)))
 		return rc;
+	x->pad_state = x->pool.state.n_layers ? state_slot_alloc(&x->pool.state) : -1;
+	x->geo.state_slots = x->pool.state.n_layers ? x->pool.state.n_slots : 0;
 	x->geo.n_blocks = x->pool.kv.n_blocks;
 	if ((rc = init_tables(x)))
 		return atlas_errf(err, errlen, rc, "cannot initialise the block tables");
@@ -267,7 +273,8 @@ void exec_close(struct exec *x)
 	if (!x)
 		return;
 	if (x->be) {
-		struct kt_tensor *t[] = { &x->d_ids, &x->d_pos, &x->d_seq, &x->d_out_rows,
+		struct kt_tensor *t[] = { &x->d_ids, &x->d_pos, &x->d_seq, &x->d_state_slot,
+					  &x->d_out_rows,
 					  &x->d_tables, &x->d_logits, &x->d_hidden,
 					  &x->d_hidden_out };
 		for (size_t i = 0; i < ATLAS_ARRAY_LEN(t); i++)
@@ -290,6 +297,7 @@ void exec_close(struct exec *x)
 	free(x->ids);
 	free(x->pos);
 	free(x->seqslot);
+	free(x->stslot);
 	free(x->out_rows);
 	free(x->sample);
 	free(x->segments);
@@ -436,6 +444,7 @@ static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b
 		for (int r = 0; r < q->n_rows; r++) {
 			x->pos[q->row + r] = q->pos0 + r;
 			x->seqslot[q->row + r] = q->slot;
+			x->stslot[q->row + r] = q->state_slot;
 		}
 		*max_kv = ATLAS_MAX(*max_kv, q->pos0 + q->n_rows);
 		/* Out rows are in row order: count this sequence's. */
@@ -505,6 +514,7 @@ static int forward(struct exec *x, const struct step_cmd *c)
 			x->ids[i] = 0;
 			x->pos[i] = 0;
 			x->seqslot[i] = x->pad_slot;
+			x->stslot[i] = x->pad_state;
 			x->out_rows[i] = i;
 		}
 		n_rows = n_out = f.s.batch.n_single = padded;
@@ -521,6 +531,12 @@ static int forward(struct exec *x, const struct step_cmd *c)
 		f.s.hidden = kt_rows(x->d_hidden, 0, n_rows);
 	if (x->d_hidden_out.data)
 		f.s.hidden_out = kt_rows(x->d_hidden_out, 0, n_out);
+	if (x->pool.state.n_layers) {
+		f.s.state = x->pool.state.layers;
+		f.s.state_slot = kt_rows(x->d_state_slot, 0, n_rows);
+		if ((rc = upload_i32(x, &f.s.state_slot, x->stslot, n_rows)))
+			return rc;
+	}
 	if ((rc = upload_tables(x, c)) || (rc = upload_i32(x, &f.s.ids, x->ids, n_rows)) ||
 	    (rc = upload_i32(x, &f.s.batch.pos, x->pos, n_rows)) ||
 	    (rc = upload_i32(x, &f.s.batch.seq, x->seqslot, n_rows)) ||

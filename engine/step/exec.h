@@ -44,6 +44,10 @@ struct exec {
 
 	/* Device step buffers. */
 	struct kt_tensor d_ids, d_pos, d_seq;   /* [max_rows, 1] i32 */
+	struct kt_tensor d_state_slot;          /* [max_rows, 1] i32 each row's state row
+						 * (models with linear layers) */
+	int pad_state;                          /* the state row of graph padding rows, which
+						 * no sequence holds; -1 without states */
 	struct kt_tensor d_out_rows;            /* [max_out, 1] i32 */
 	struct kt_tensor d_tables;              /* [n_seq_slots + 1, max_blocks] i32 */
 	struct kt_tensor d_logits;              /* [max_out, vocab] f32 */
@@ -68,7 +72,7 @@ struct exec {
 						 * entries replaced by the pad block */
 
 	/* Host staging, sized for the largest command (plus graph padding). */
-	int32_t *ids, *pos, *seqslot;           /* [max_rows] */
+	int32_t *ids, *pos, *seqslot, *stslot;  /* [max_rows] */
 	int32_t *out_rows;                      /* [max_rows] */
 	struct kt_sample_row *sample;           /* [max_out] */
 	struct kt_segment *segments;            /* [max_seqs] */

@@ -46,6 +46,14 @@ static int check_seq(const struct step_cmd *c, int i, const struct step_geometry
 		if (c->seqs[j].slot == q->slot)
 			return atlas_errf(err, errlen, -EINVAL, "sequence %d: slot %d twice", i,
 					  q->slot);
+	if (g->state_slots && (q->state_slot < 0 || q->state_slot >= g->state_slots))
+		return atlas_errf(err, errlen, -EINVAL,
+				  "sequence %d: state slot %d is not below %d", i, q->state_slot,
+				  g->state_slots);
+	for (int j = 0; g->state_slots && j < i; j++)
+		if (c->seqs[j].state_slot == q->state_slot)
+			return atlas_errf(err, errlen, -EINVAL, "sequence %d: state slot %d twice",
+					  i, q->state_slot);
 	if (q->row != row || q->n_rows < 1 || q->table != table || q->n_blocks < 0)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "sequence %d: rows or table not where the one before ends", i);

@@ -93,6 +93,7 @@ struct step_geometry {
 	int block_size;             /* positions per block */
 	int context;                /* positions of one sequence */
 	int vocab;                  /* token ids */
+	int state_slots;            /* recurrent state rows (0: the model has no linear layers) */
 };
 
 /* Whether c is well formed for device g: counts within l, rows laid out as
