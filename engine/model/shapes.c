@@ -51,6 +51,24 @@ struct shape {
 	"\"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": " #tied ", " \
 	"\"torch_dtype\": \"bfloat16\", \"bos_token_id\": 128000, \"eos_token_id\": 128001}"
 
+/* The hybrid family: Gated DeltaNet layers, every fourth full attention
+ * (head_dim 256, a quarter of it rotary, theta 1e7), MoE with a shared
+ * expert in every layer, one MTP layer. */
+#define HYBRID_MOE(arch, v, l, experts, k) \
+	"{\"architectures\": [\"" arch "\"], \"vocab_size\": " #v ", " \
+	"\"hidden_size\": 2048, \"intermediate_size\": 5120, \"num_hidden_layers\": " #l ", " \
+	"\"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256, " \
+	"\"partial_rotary_factor\": 0.25, \"full_attention_interval\": 4, " \
+	"\"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32, " \
+	"\"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128, " \
+	"\"linear_conv_kernel_dim\": 4, \"num_experts\": " #experts ", " \
+	"\"num_experts_per_tok\": " #k ", \"moe_intermediate_size\": 512, " \
+	"\"shared_expert_intermediate_size\": 512, \"norm_topk_prob\": true, " \
+	"\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"mtp_num_hidden_layers\": 1, " \
+	"\"max_position_embeddings\": 262144, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000000, " \
+	"\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", " \
+	"\"eos_token_id\": [151645, 151643]}"
+
 static const struct shape shapes[] = {
 	{ "qwen3-0.6b", QWEN3(151936, 1024, 3072, 28, 16, 8, 128, true) },
 	{ "qwen3-1.7b", QWEN3(151936, 2048, 6144, 28, 16, 8, 128, true) },
@@ -73,6 +91,25 @@ static const struct shape shapes[] = {
 	  "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000, "
 	  "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
 	  "\"eos_token_id\": 2}" },
+	/* Qwen3-Next-80B-A3B's layers (48 in the model, 160 GB) and
+	 * Qwen3.5-35B-A3B's (40, 70 GB), 20 and 32 of them: what one 80 GB
+	 * GPU holds. */
+	{ "qwen3-next-80b-a3b-20l", HYBRID_MOE("Qwen3NextForCausalLM", 151936, 20, 512, 10) },
+	{ "qwen3.5-35b-a3b-32l", HYBRID_MOE("Qwen3_5MoeForCausalLM", 248320, 32, 256, 8) },
+	/* A small hybrid for tests: layers linear, linear, linear, full; 8
+	 * experts, top 2, a shared expert, an MTP layer. */
+	{ "qwen3-next-test",
+	  "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"vocab_size\": 512, "
+	  "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, "
+	  "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+	  "\"partial_rotary_factor\": 0.5, \"linear_num_key_heads\": 2, "
+	  "\"linear_num_value_heads\": 4, \"linear_key_head_dim\": 16, "
+	  "\"linear_value_head_dim\": 16, \"linear_conv_kernel_dim\": 4, "
+	  "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+	  "\"shared_expert_intermediate_size\": 32, \"norm_topk_prob\": true, "
+	  "\"mtp_num_hidden_layers\": 1, \"max_position_embeddings\": 4096, "
+	  "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000, \"tie_word_embeddings\": false, "
+	  "\"torch_dtype\": \"bfloat16\", \"eos_token_id\": 2}" },
 	{ "llama-3.2-1b", LLAMA3(2048, 8192, 16, 32, 64, true, 32.0) },
 	{ "llama-3.2-3b", LLAMA3(3072, 8192, 28, 24, 128, true, 32.0) },
 	{ "llama-3.1-8b", LLAMA3(4096, 14336, 32, 32, 128, false, 8.0) },
