@@ -585,11 +585,16 @@ int sched_settle(struct sched *s, const struct step_cmd *cmd, int i, int kept)
 {
 	struct sched_req *r = s->reqs_of[i];
 	const struct step_seq *q = &cmd->seqs[i];
-	if (r->forgotten || kept >= q->n_rows)
+	if (r->forgotten)
 		return 0;
+	if (!s->pool->state.n_layers)
+		return kept >= q->n_rows ? 0
+					 : seq_truncate(s->pool, &r->seq, q->pos0 + ATLAS_MAX(kept, 1));
 	/* A recurrent state went through every row: back to the snapshot
-	 * add_seq took before them, and the kept rows are fed again. */
-	if (s->pool->state.n_layers)
-		return seq_truncate(s->pool, &r->seq, q->pos0);
-	return seq_truncate(s->pool, &r->seq, q->pos0 + ATLAS_MAX(kept, 1));
+	 * add_seq took before them, and the kept rows are fed again. The
+	 * snapshot's slot goes back either way (an idle session holds one
+	 * state slot, not two). */
+	int rc = kept >= q->n_rows ? 0 : seq_truncate(s->pool, &r->seq, q->pos0);
+	seq_forget_snapshot(s->pool, &r->seq);
+	return rc;
 }

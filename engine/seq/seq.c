@@ -164,6 +164,13 @@ int seq_snapshot(struct seq_pool *p, struct seq *s)
 	return 0;
 }
 
+void seq_forget_snapshot(struct seq_pool *p, struct seq *s)
+{
+	if (s->snap_slot >= 0)
+		state_slot_free(&p->state, s->snap_slot);
+	s->snap_slot = -1;
+}
+
 int seq_fork(struct seq_pool *p, struct seq *dst, const struct seq *src, int n_tokens)
 {
 	struct kv_pool *kv = &p->kv;

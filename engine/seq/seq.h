@@ -143,6 +143,8 @@ int seq_truncate(struct seq_pool *p, struct seq *s, int n_tokens);
 /* Copy the recurrent state aside, tagged with s->n_tokens; a no-op for a
  * model without linear layers. -ENOSPC when no slot is free. */
 int seq_snapshot(struct seq_pool *p, struct seq *s);
+/* Give the snapshot's slot back (none: a no-op): a verify is settled. */
+void seq_forget_snapshot(struct seq_pool *p, struct seq *s);
 /* Make empty dst the first n_tokens positions of src: src's full blocks
  * shared, the partly filled one copied into a block of dst's own, the
  * recurrent state copied from src's current state (n_tokens == src->n_tokens)
