@@ -104,6 +104,10 @@ static const struct kt_ops cuda_ops = {
 	cuda_host_free,
 	cuda_copy_async,
 	cuda_copy_done,
+	cuda_conv1d,
+	cuda_delta_rule,
+	cuda_rmsnorm_gated,
+	cuda_sigmoid_mul,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

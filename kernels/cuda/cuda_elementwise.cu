@@ -1,4 +1,5 @@
-/* Row copies and elementwise ops: embed, gather_rows, swiglu, add.
+/* Row copies and elementwise ops: embed, gather_rows, swiglu, add,
+ * sigmoid_mul.
  *
  * Layout: row-major f32 matrices; embed's table may also be bf16 (a weight
  * as kt_weight stores it) and is widened to f32. ids and idx are [n, 1] i32
@@ -7,8 +8,10 @@
  *
  * Launch: row copies use one block of CUDA_THREADS per output row, the
  * threads striding over the columns (coalesced). swiglu and add are
- * grid-stride loops over the elements. swiglu may write over gate or up, add
- * may take x == y; other overlaps are refused as on the cpu backend.
+ * grid-stride loops over the elements, and so is sigmoid_mul (out = x ·
+ * sigmoid(g), g [R, D] or one gate per row [R, 1]). swiglu may write over
+ * gate or up, add may take x == y, sigmoid_mul may write over x (or g);
+ * other overlaps are refused as on the cpu backend.
  */
 #include <errno.h>
 
@@ -159,6 +162,43 @@ int cuda_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_t
 	CU_CHECK(cu_enter(cu));
 	add_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>((float *)y->data,
 								  (const float *)x->data, n);
+	CU_LAUNCHED();
+	return 0;
+}
+
+/* o[i] = x[i] · sigmoid(g[i / gdiv]): gdiv 1 for a gate per element, D for
+ * one per row. Written as x / (1 + e^-g) like swiglu's silu, which is the
+ * same value to the last bit or two. */
+__global__ void sigmoid_mul_kernel(float *o, const float *x, const float *g, int64_t gdiv,
+				   int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		o[i] = x[i] / (1.0f + expf(-g[i / gdiv]));
+}
+
+int cuda_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out,
+		     const struct kt_tensor *x, const struct kt_tensor *g)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int64_t n;
+
+	if (!cu_valid(x, KT_F32) || !cu_shape(out, KT_F32, x->rows, x->cols) ||
+	    !cu_valid(g, KT_F32) || g->rows != x->rows || (g->cols != x->cols && g->cols != 1))
+		return -EINVAL;
+	if (!cu_same_or_apart(out, x) || !cu_same_or_apart(out, g))
+		return -EINVAL;
+	/* A per-row gate that out overwrites would be read after its row's
+	 * first element changed it: refuse the aliasing unless D is 1. */
+	if (out->data == g->data && g->cols != x->cols)
+		return -EINVAL;
+	n = x->rows * x->cols;
+	if (!n)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	sigmoid_mul_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(
+		(float *)out->data, (const float *)x->data, (const float *)g->data,
+		g->cols == x->cols ? 1 : x->cols, n);
 	CU_LAUNCHED();
 	return 0;
 }

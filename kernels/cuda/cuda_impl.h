@@ -50,6 +50,8 @@ enum cuda_fault {
 	CUDA_FAULT_KV_STAGE = 1u << 5,
 	CUDA_FAULT_MOE_MATMUL = 1u << 6,
 	CUDA_FAULT_MOE_COMBINE = 1u << 7,
+	CUDA_FAULT_CONV1D = 1u << 8,
+	CUDA_FAULT_DELTA_RULE = 1u << 9,
 };
 
 /* Most experts moe_route takes (E = logits cols): a warp holds a token's
@@ -273,6 +275,22 @@ int cuda_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const stru
 int cuda_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
 		     const struct kt_tensor *y, const struct kt_tensor *w,
 		     const struct kt_tensor *slot);
+
+/* Gated DeltaNet (cuda_gdn_conv.cu, cuda_delta_rule.cu; rmsnorm_gated in
+ * cuda_norm.cu, sigmoid_mul in cuda_elementwise.cu). */
+int cuda_conv1d(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		const struct kt_tensor *w, const struct kt_tensor *state,
+		const struct kt_tensor *slot, const struct kt_batch *b);
+int cuda_delta_rule(struct kt_backend *be, const struct kt_tensor *out,
+		    const struct kt_tensor *qkv, const struct kt_tensor *ba,
+		    const struct kt_tensor *a_log, const struct kt_tensor *dt_bias,
+		    const struct kt_tensor *state, int64_t off, const struct kt_tensor *slot,
+		    const struct kt_batch *b, int n_k_heads, int n_v_heads, int k_dim, int v_dim);
+int cuda_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
+		       const struct kt_tensor *x, const struct kt_tensor *z,
+		       const struct kt_tensor *w, float eps);
+int cuda_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out,
+		     const struct kt_tensor *x, const struct kt_tensor *g);
 
 /* Expert parallelism's communicator (cuda_comm.cu); cuda_comm_close
  * destroys it at close (safe when none was opened). */

@@ -208,7 +208,8 @@ static void fault_names(unsigned f, char *buf, size_t len)
 {
 	static const char *const names[] = { "embed",    "gather_rows", "rope",
 					     "kv_store", "attention",   "kv_stage",
-					     "moe_matmul", "moe_combine" };
+					     "moe_matmul", "moe_combine", "conv1d",
+					     "delta_rule" };
 	size_t n = 0;
 
 	buf[0] = 0;

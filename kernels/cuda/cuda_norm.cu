@@ -16,6 +16,12 @@
  * then independent and in flight together; in the plain loop each load waits
  * for the store before it (out and x may alias), and a decode step's row of
  * 4096 took 15 us on an H100 instead of a few (ncu, 2026-11-22).
+ *
+ * rmsnorm_gated (the gated norm of the delta rule's heads): out = w * (x *
+ * inv) * silu(z), the same var and inv, silu(z) = z / (1 + e^-z). Its rows
+ * are one head each (D = v_dim, 128 in Qwen3-Next), so a warp takes a row
+ * (CUDA_THREADS / 32 rows per block); lane l reads and writes elements
+ * l, l + 32, ... in both passes, so out may be x.
  */
 #include <errno.h>
 
@@ -173,6 +179,67 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
 			(float *)out->data, (float *)x->data, res, (const float *)w->data, D,
 			eps);
+	CU_LAUNCHED();
+	return 0;
+}
+
+template <typename W>
+__global__ void rmsnorm_gated_kernel(float *out, const float *x, const float *z, const W *w,
+				     int64_t R, int64_t D, float eps)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+	const float *xr = x + r * D, *zr = z + r * D;
+	float *o = out + r * D;
+	double ss = 0.0;
+	float inv;
+
+	if (r >= R)
+		return;
+	for (int64_t d = lane; d < D; d += 32)
+		ss += (double)xr[d] * xr[d];
+	ss = warp_reduce(ss, op_sum());
+	inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
+	for (int64_t d = lane; d < D; d += 32) {
+		const float zv = zr[d];
+
+		o[d] = widen(w[d]) * (xr[d] * inv) * (zv / (1.0f + expf(-zv)));
+	}
+}
+
+int cuda_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
+		       const struct kt_tensor *x, const struct kt_tensor *z,
+		       const struct kt_tensor *w, float eps)
+{
+	struct cuda_backend *cu = cu_of(be);
+	const int rows_per_block = CUDA_THREADS / 32;
+	int64_t R, D, blocks;
+
+	if (!cu_valid(x, KT_F32))
+		return -EINVAL;
+	R = x->rows;
+	D = x->cols;
+	if (!cu_shape(out, KT_F32, R, D) || !cu_shape(z, KT_F32, R, D) || !cu_float(w) ||
+	    w->rows != 1 || w->cols != D)
+		return -EINVAL;
+	if (!cu_same_or_apart(out, x) || !cu_same_or_apart(out, z) || cu_overlap(out, w))
+		return -EINVAL;
+	if (!(eps >= 0.0f))
+		return -EINVAL;
+	if (!R || !D)
+		return 0;
+	blocks = (R + rows_per_block - 1) / rows_per_block;
+	if (blocks > INT32_MAX)
+		return -EINVAL;
+	CU_CHECK(cu_enter(cu));
+	if (w->dtype == KT_BF16)
+		rmsnorm_gated_kernel<<<(unsigned)blocks, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (const float *)x->data, (const float *)z->data,
+			(const __nv_bfloat16 *)w->data, R, D, eps);
+	else
+		rmsnorm_gated_kernel<<<(unsigned)blocks, CUDA_THREADS, 0, cu->stream>>>(
+			(float *)out->data, (const float *)x->data, (const float *)z->data,
+			(const float *)w->data, R, D, eps);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -1,6 +1,8 @@
 /* Rotary position embedding in place, rotate-half pairing (GPT-NeoX, Hugging
- * Face), with Qwen3's per-head RMSNorm (q_norm, k_norm) fused in front, as
- * the cpu backend computes them.
+ * Face), over the first R = 2 * inv_freq.cols dims of each head (R < D is
+ * partial rotary: the other D - R dims pass unchanged), with Qwen3's
+ * per-head RMSNorm (q_norm, k_norm) fused in front, as the cpu backend
+ * computes them.
  *
  * Norm (when norm_w): each head's D values as cpu_rmsnorm does a row: the
  * sum of squares in double, var = (float)(ss / D), inv = 1/sqrtf(var + eps),
@@ -8,21 +10,23 @@
  * the order of the double sum differs from the cpu, which almost never shows
  * in the f32 var.
  *
- * Rotation: x[i] and x[i + D/2] rotated by the f32 angle (float)pos *
+ * Rotation: x[i] and x[i + R/2] rotated by the f32 angle (float)pos *
  * inv_freq[i], with cosf/sinf (the accurate library functions, not the
  * __cosf intrinsics) and unfused products (__fmul_rn), so the result matches
  * the cpu within the last bits of cosf/sinf.
  *
  * Layout: x [T, n_heads * D] f32, pos [T, 1] i32 (device), inv_freq
- * [1, D/2] f32, norm_w NULL or [1, D] f32 or bf16 (a weight as kt_weight
- * stores it).
+ * [1, R/2] f32 (0 < R <= D), norm_w NULL or [1, D] f32 or bf16 (a weight as
+ * kt_weight stores it).
  *
  * Launch: one block of CUDA_THREADS per token. The block first puts the
- * token's D/2 cos/sin pairs in shared memory; then each warp takes whole
+ * token's R/2 cos/sin pairs in shared memory; then each warp takes whole
  * heads (warp v: heads v, v + 8, ...), lane l holding pairs l, l + 32, ...
- * in registers from load through norm and rotation to store, the head's
- * sum of squares reduced by a butterfly shuffle. A negative position leaves
- * the token alone and sets CUDA_FAULT_ROPE.
+ * and the unrotated tail dims R + l, R + l + 32, ... in registers from load
+ * through norm and rotation to store, the head's sum of squares reduced by a
+ * butterfly shuffle. With R == D the tail is empty and the kernel does what
+ * it did before partial rotary, operation for operation. A negative
+ * position leaves the token alone and sets CUDA_FAULT_ROPE.
  */
 #include <errno.h>
 
@@ -30,15 +34,20 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_reduce.cuh"
 
-/* Pairs a lane holds: D/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
+/* Pairs a lane holds: R/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
 #define ROPE_PAIRS (CUDA_MAX_HEAD_DIM / 64)
+/* Unrotated dims a lane holds: D - R < CUDA_MAX_HEAD_DIM spread over 32 lanes. */
+#define ROPE_TAIL (CUDA_MAX_HEAD_DIM / 32)
 
-/* Normalise one head held as pairs (a[j], b[j]) = (x[i], x[i + D/2]),
- * i = lane + 32·j < n_pairs = D/2, as cpu_rmsnorm does a row. */
+/* Normalise one head held as pairs (a[j], b[j]) = (x[i], x[i + R/2]),
+ * i = lane + 32·j < n_pairs = R/2, and the tail c[j] = x[R + lane + 32·j]
+ * of n_tail = D - R dims, as cpu_rmsnorm does a row of D. */
 template <typename W>
 __device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROPE_PAIRS],
-					  const W *w, int lane, int n_pairs, float eps)
+					  float (&c)[ROPE_TAIL], const W *w, int lane,
+					  int n_pairs, int n_tail, float eps)
 {
+	const int R = 2 * n_pairs;
 	double ss = 0.0;
 	float inv;
 
@@ -46,8 +55,12 @@ __device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROP
 	for (int j = 0; j < ROPE_PAIRS; j++)
 		if (lane + 32 * j < n_pairs)
 			ss += (double)a[j] * a[j] + (double)b[j] * b[j];
+#pragma unroll
+	for (int j = 0; j < ROPE_TAIL; j++)
+		if (lane + 32 * j < n_tail)
+			ss += (double)c[j] * c[j];
 	ss = warp_reduce(ss, op_sum());
-	inv = 1.0f / sqrtf((float)(ss / (double)(2 * n_pairs)) + eps);
+	inv = 1.0f / sqrtf((float)(ss / (double)(R + n_tail)) + eps);
 #pragma unroll
 	for (int j = 0; j < ROPE_PAIRS; j++) {
 		const int i = lane + 32 * j;
@@ -57,14 +70,23 @@ __device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROP
 			b[j] = widen(w[i + n_pairs]) * (b[j] * inv);
 		}
 	}
+#pragma unroll
+	for (int j = 0; j < ROPE_TAIL; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_tail)
+			c[j] = widen(w[R + i]) * (c[j] * inv);
+	}
 }
 
+/* n_pairs = R/2 rotated pairs of each head of D dims. */
 template <typename W>
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, const W *norm_w,
-			    float eps, int n_heads, int D, unsigned *fault)
+			    float eps, int n_heads, int D, int n_pairs, unsigned *fault)
 {
 	__shared__ float cs[CUDA_MAX_HEAD_DIM / 2], sn[CUDA_MAX_HEAD_DIM / 2];
-	const int half = D / 2, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int half = n_pairs, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int tail = D - 2 * half;
 	const int32_t p = pos[blockIdx.x];
 	float *xt = x + (int64_t)blockIdx.x * n_heads * D;
 
@@ -81,8 +103,8 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 	}
 	__syncthreads();
 	for (int h = warp; h < n_heads; h += blockDim.x >> 5) {
-		float *xa = xt + (int64_t)h * D, *xb = xa + half;
-		float a[ROPE_PAIRS], b[ROPE_PAIRS];
+		float *xa = xt + (int64_t)h * D, *xb = xa + half, *xc = xa + 2 * half;
+		float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
 
 #pragma unroll
 		for (int j = 0; j < ROPE_PAIRS; j++) {
@@ -91,8 +113,14 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 			a[j] = i < half ? xa[i] : 0.0f;
 			b[j] = i < half ? xb[i] : 0.0f;
 		}
+#pragma unroll
+		for (int j = 0; j < ROPE_TAIL; j++) {
+			const int i = lane + 32 * j;
+
+			c[j] = i < tail ? xc[i] : 0.0f;
+		}
 		if (norm_w)
-			norm_head(a, b, norm_w, lane, half, eps);
+			norm_head(a, b, c, norm_w, lane, half, tail, eps);
 #pragma unroll
 		for (int j = 0; j < ROPE_PAIRS; j++) {
 			const int i = lane + 32 * j;
@@ -100,6 +128,16 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 			if (i < half) {
 				xa[i] = __fmul_rn(a[j], cs[i]) - __fmul_rn(b[j], sn[i]);
 				xb[i] = __fmul_rn(b[j], cs[i]) + __fmul_rn(a[j], sn[i]);
+			}
+		}
+		/* The tail changes only when the norm scaled it. */
+		if (norm_w) {
+#pragma unroll
+			for (int j = 0; j < ROPE_TAIL; j++) {
+				const int i = lane + 32 * j;
+
+				if (i < tail)
+					xc[i] = c[j];
 			}
 		}
 	}
@@ -114,7 +152,8 @@ static bool rope_args_ok(const struct cuda_backend *cu, const struct kt_tensor *
 	if (!cu_valid(x, KT_F32) || x->rows > INT32_MAX)
 		return false;
 	if (x->cols != (int64_t)n_heads * head_dim || !cu_shape(pos, KT_I32, x->rows, 1) ||
-	    !cu_shape(inv_freq, KT_F32, 1, head_dim / 2))
+	    !cu_valid(inv_freq, KT_F32) || inv_freq->rows != 1 || inv_freq->cols < 1 ||
+	    2 * inv_freq->cols > head_dim)
 		return false;
 	if (cu_overlap(x, pos) || cu_overlap(x, inv_freq))
 		return false;
@@ -145,11 +184,11 @@ int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_
 	if (norm_w && norm_w->dtype == KT_BF16)
 		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
 			xd, pd, fd, (const __nv_bfloat16 *)norm_w->data, eps, n_heads, head_dim,
-			cu->fault);
+			(int)inv_freq->cols, cu->fault);
 	else
 		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
 			xd, pd, fd, norm_w ? (const float *)norm_w->data : (const float *)NULL, eps,
-			n_heads, head_dim, cu->fault);
+			n_heads, head_dim, (int)inv_freq->cols, cu->fault);
 	CU_LAUNCHED();
 	return 0;
 }
