@@ -12,7 +12,8 @@ eval mode, with eager attention, so that the output is deterministic:
 (--only remakes the named models and leaves the others as they are.) The
 Qwen3-MoE models come from the sibling make_moe_models.py, which imports
 this script's helpers and writes the same layout; make_mtp_model.py makes
-qwen3_f32_mtp.
+qwen3_f32_mtp; make_hybrid_models.py the Qwen3-Next and Qwen3.5 models
+(Gated DeltaNet layers), with a multi-turn and an MTP-head reference.
 
 For each model, OUT/<name>/ gets what save_pretrained writes (config.json,
 generation_config.json, model.safetensors or shards and their index) and
