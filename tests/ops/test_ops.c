@@ -45,6 +45,7 @@
 	X(ops_moe_faults) \
 	X(ops_moe_chain) \
 	X(ops_gdn) \
+	X(ops_gdn_split) \
 	X(ops_comm) \
 	X(ops_graph)
 
