@@ -40,7 +40,8 @@ static int scratch_init(struct cpu_backend *cpu)
 	size_t ml = align_up(2 * CPU_ATT_HEADS * sizeof(float));
 	size_t half = align_up((size_t)(cpu->max_head_dim / 2 + 1) * sizeof(float));
 	size_t cands = align_up(CPU_SAMPLE_CHUNK * sizeof(struct cpu_cand));
-	size_t per_thread = scores + acc + ml + 2 * half + cands;
+	size_t gdn = align_up(3 * (size_t)cpu->max_head_dim * sizeof(float));
+	size_t per_thread = scores + acc + ml + 2 * half + cands + gdn;
 
 	cpu->scratch = calloc((size_t)cpu->threads, sizeof(*cpu->scratch));
 	cpu->scratch_mem = aligned_alloc(CPU_ALIGN, per_thread * (size_t)cpu->threads);
@@ -55,6 +56,7 @@ static int scratch_init(struct cpu_backend *cpu)
 		s->cos = (float *)(p + scores + acc + ml);
 		s->sin = (float *)(p + scores + acc + ml + half);
 		s->cands = (struct cpu_cand *)(p + scores + acc + ml + 2 * half);
+		s->gdn = (float *)(p + scores + acc + ml + 2 * half + cands);
 	}
 	return 0;
 }
@@ -163,6 +165,10 @@ static const struct kt_ops cpu_ops = {
 	.copy_async = cpu_copy_async,
 	.copy_done = cpu_copy_done,
 	.copy_wait = cpu_copy_wait,
+	.conv1d = cpu_conv1d,
+	.delta_rule = cpu_delta_rule,
+	.rmsnorm_gated = cpu_rmsnorm_gated,
+	.sigmoid_mul = cpu_sigmoid_mul,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

@@ -1,8 +1,12 @@
-/* Row copies and elementwise ops: embed, gather_rows, swiglu, add.
+/* Row copies and elementwise ops: embed, gather_rows, swiglu, add,
+ * sigmoid_mul.
  *
  * Layout: row-major f32 matrices; ids and idx are [n, 1] i32 and are checked
  * against the table's rows before anything is written. swiglu may write over
- * gate or up, add may take x == y; other overlaps are refused.
+ * gate or up, add may take x == y, sigmoid_mul may write over x (and over a
+ * gate g of x's shape); other overlaps are refused. sigmoid_mul's gate is
+ * [R, D] (one per element) or [R, 1] (one per row), sigmoid(g) = 1 / (1 +
+ * expf(-g)) as torch computes it in f32.
  *
  * Threads: rows (copies) or elements (arithmetic) are split over the OpenMP
  * team once the op is large enough to pay for it.
@@ -118,5 +122,44 @@ int cpu_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_te
 #pragma omp parallel for simd num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
 	for (int64_t i = 0; i < n; i++)
 		yd[i] += xd[i];
+	return 0;
+}
+
+int cpu_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		    const struct kt_tensor *g)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t R, D;
+	float *o;
+	const float *xd, *gd;
+
+	if (!cpu_valid(x, KT_F32) || !cpu_valid(g, KT_F32))
+		return -EINVAL;
+	R = x->rows;
+	D = x->cols;
+	if (!cpu_shape(out, KT_F32, R, D) || g->rows != R || (g->cols != D && g->cols != 1))
+		return -EINVAL;
+	/* A per-row gate is read after its row's first output is written. */
+	if (!same_or_apart(out, x) ||
+	    (g->cols == D ? !same_or_apart(out, g) : cpu_overlap(out, g)))
+		return -EINVAL;
+	o = out->data;
+	xd = x->data;
+	gd = g->data;
+	if (g->cols == D) {
+		const int64_t n = R * D;
+
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
+		for (int64_t i = 0; i < n; i++)
+			o[i] = xd[i] * (1.0f / (1.0f + expf(-gd[i])));
+		return 0;
+	}
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * D > CPU_PAR_MIN)
+	for (int64_t r = 0; r < R; r++) {
+		const float s = 1.0f / (1.0f + expf(-gd[r]));
+
+		for (int64_t i = 0; i < D; i++)
+			o[r * D + i] = xd[r * D + i] * s;
+	}
 	return 0;
 }

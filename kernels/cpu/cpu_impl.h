@@ -42,6 +42,8 @@ struct cpu_scratch {
 	float *ml;              /* [CPU_ATT_HEADS, 2] attention running max and sum */
 	float *cos, *sin;       /* [max_head_dim / 2] rope table of one token */
 	struct cpu_cand *cands; /* [CPU_SAMPLE_CHUNK] sampling heap */
+	float *gdn;             /* [3, max_head_dim] delta rule: one head's q, k and
+				 * kv memory (cpu_gdn.c; k_dim, v_dim <= max_head_dim) */
 };
 
 /* Set of pointers the backend allocated and must free (aliased weights are
@@ -56,7 +58,8 @@ struct cpu_backend {
 	struct kt_backend base;    /* first member: the engine's handle */
 	int threads;               /* OpenMP team size of every op */
 	int max_context;           /* attention: positions per sequence the scratch holds */
-	int max_head_dim;          /* attention and rope: head_dim the scratch holds */
+	int max_head_dim;          /* attention, rope and delta_rule: head dims the
+				    * scratch holds */
 	void *scratch_mem;         /* owns every worker's scratch */
 	struct cpu_scratch *scratch; /* [threads] */
 	pthread_mutex_t lock;      /* guards owned (alloc and free may come from loader threads) */
@@ -183,6 +186,19 @@ int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *
 		  size_t errlen);
 int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES]);
 int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x);
+int cpu_conv1d(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+	       const struct kt_tensor *w, const struct kt_tensor *state,
+	       const struct kt_tensor *slot, const struct kt_batch *b);
+int cpu_delta_rule(struct kt_backend *be, const struct kt_tensor *out,
+		   const struct kt_tensor *qkv, const struct kt_tensor *ba,
+		   const struct kt_tensor *a_log, const struct kt_tensor *dt_bias,
+		   const struct kt_tensor *state, int64_t off, const struct kt_tensor *slot,
+		   const struct kt_batch *b, int n_k_heads, int n_v_heads, int k_dim, int v_dim);
+int cpu_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
+		      const struct kt_tensor *x, const struct kt_tensor *z,
+		      const struct kt_tensor *w, float eps);
+int cpu_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		    const struct kt_tensor *g);
 int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	       const struct kt_sample_row *rows, int n, int32_t *ids);
 

@@ -1,9 +1,13 @@
 /* RMSNorm with the fused residual add, as Hugging Face computes it in f32:
  * x += residual (when given); var = mean(x²); out = w * (x * 1/sqrt(var + eps)).
+ * The gated norm of the Gated DeltaNet heads (rmsnorm_gated) is the same
+ * norm times silu(z): out = (w * (x * 1/sqrt(var + eps))) * silu(z), with
+ * silu(z) = z / (1 + expf(-z)) as swiglu computes it (Hugging Face's
+ * Qwen3NextRMSNormGated: the weighted norm, then the gate).
  *
- * Layout: out, x, residual [R, D] f32, w [1, D] f32. Each row is read whole
- * (pass 1: add and sum of squares, in double) before it is written (pass 2),
- * so out may be x or residual.
+ * Layout: out, x, residual, z [R, D] f32, w [1, D] f32. Each row is read
+ * whole (pass 1: add and sum of squares, in double) before it is written
+ * (pass 2), so out may be x or residual.
  *
  * Threads: rows are split over the OpenMP team.
  */
@@ -12,8 +16,9 @@
 
 #include "kernels/cpu/cpu_impl.h"
 
-static void norm_row(float *out, float *x, const float *res, const float *w, int64_t D,
-		     float eps)
+/* out = w * (x * inv), times silu(z) when z is given. */
+static void norm_row(float *out, float *x, const float *res, const float *z, const float *w,
+		     int64_t D, float eps)
 {
 	double ss = 0.0;
 	float var, inv;
@@ -33,6 +38,11 @@ static void norm_row(float *out, float *x, const float *res, const float *w, int
 	}
 	var = (float)(ss / (double)D);
 	inv = 1.0f / sqrtf(var + eps);
+	if (z) {
+		for (int64_t i = 0; i < D; i++)
+			out[i] = w[i] * (x[i] * inv) * (z[i] / (1.0f + expf(-z[i])));
+		return;
+	}
 	for (int64_t i = 0; i < D; i++)
 		out[i] = w[i] * (x[i] * inv);
 }
@@ -67,6 +77,33 @@ int cpu_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * D > CPU_PAR_MIN)
 	for (int64_t r = 0; r < R; r++)
 		norm_row((float *)out->data + r * D, (float *)x->data + r * D,
-			 residual ? (const float *)residual->data + r * D : NULL, w->data, D, eps);
+			 residual ? (const float *)residual->data + r * D : NULL, NULL, w->data, D,
+			 eps);
+	return 0;
+}
+
+int cpu_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
+		      const struct kt_tensor *x, const struct kt_tensor *z,
+		      const struct kt_tensor *w, float eps)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	int64_t R, D;
+
+	if (!cpu_valid(x, KT_F32))
+		return -EINVAL;
+	R = x->rows;
+	D = x->cols;
+	if (!cpu_shape(out, KT_F32, R, D) || !cpu_shape(z, KT_F32, R, D) ||
+	    !cpu_shape(w, KT_F32, 1, D))
+		return -EINVAL;
+	/* z is read element by element as out is written: it must not be out. */
+	if (!same_or_apart(out, x) || cpu_overlap(out, z) || !(eps >= 0.0f))
+		return -EINVAL;
+	if (!D)
+		return 0;
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * D > CPU_PAR_MIN)
+	for (int64_t r = 0; r < R; r++)
+		norm_row((float *)out->data + r * D, (float *)x->data + r * D, NULL,
+			 (const float *)z->data + r * D, w->data, D, eps);
 	return 0;
 }

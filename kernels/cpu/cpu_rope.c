@@ -1,13 +1,16 @@
 /* Rotary position embedding in place, rotate-half pairing (GPT-NeoX, Hugging
- * Face): for each head, x[i] and x[i + D/2] are rotated by the angle
- * (float)pos * inv_freq[i], the product taken in f32 as Hugging Face does,
- * then cosf/sinf of that f32 angle.
+ * Face) over the first R = 2 * inv_freq.cols dims of each head: x[i] and
+ * x[i + R/2] are rotated by the angle (float)pos * inv_freq[i], the product
+ * taken in f32 as Hugging Face does, then cosf/sinf of that f32 angle. The
+ * other D - R dims (partial rotary, R < D) pass unchanged; R == D is the
+ * whole head.
  *
  * With norm_w, each head is first normalised exactly as cpu_rmsnorm does a
- * row (sum of squares in double, then w * (x * 1/sqrtf(var + eps))), so the
- * fused op equals rmsnorm followed by rope bit for bit.
+ * row (sum of squares in double, then w * (x * 1/sqrtf(var + eps))), over all D
+ * dims whatever R, so the fused op equals rmsnorm followed by rope bit for
+ * bit.
  *
- * Layout: x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, D/2] f32,
+ * Layout: x [T, n_heads * D] f32, pos [T, 1] i32, inv_freq [1, R/2] f32,
  * norm_w NULL or [1, D] f32.
  * The cos/sin of one token live in the worker's scratch and serve all heads.
  *
@@ -30,10 +33,10 @@ static void norm_head(float *x, const float *w, int D, float eps)
 		x[i] = w[i] * (x[i] * inv);
 }
 
-static void rope_token(float *x, int32_t pos, const float *inv_freq, int n_heads, int D,
-		       const float *norm_w, float eps, float *cs, float *sn)
+/* half = R / 2: the pairs (x[i], x[i + half]) for i < half rotate. */
+static void rope_token(float *x, int32_t pos, const float *inv_freq, int half, int n_heads,
+		       int D, const float *norm_w, float eps, float *cs, float *sn)
 {
-	int half = D / 2;
 
 	for (int i = 0; i < half; i++) {
 		float angle = (float)pos * inv_freq[i];
@@ -69,7 +72,8 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 		return -EINVAL;
 	T = x->rows;
 	if (x->cols != (int64_t)n_heads * head_dim || !cpu_shape(pos, KT_I32, T, 1) ||
-	    !cpu_shape(inv_freq, KT_F32, 1, head_dim / 2))
+	    !cpu_valid(inv_freq, KT_F32) || inv_freq->rows != 1 || inv_freq->cols < 1 ||
+	    inv_freq->cols > head_dim / 2)
 		return -EINVAL;
 	/* The norm refuses what cpu_rmsnorm refuses (and cuda's rope does). */
 	if (norm_w && (!cpu_shape(norm_w, KT_F32, 1, head_dim) || !(eps >= 0.0f)))
@@ -82,8 +86,9 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 	for (int64_t t = 0; t < T; t++) {
 		struct cpu_scratch *s = cpu_scratch_self(cpu);
 
-		rope_token((float *)x->data + t * x->cols, p[t], inv_freq->data, n_heads, head_dim,
-			   norm_w ? norm_w->data : NULL, eps, s->cos, s->sin);
+		rope_token((float *)x->data + t * x->cols, p[t], inv_freq->data,
+			   (int)inv_freq->cols, n_heads, head_dim, norm_w ? norm_w->data : NULL,
+			   eps, s->cos, s->sin);
 	}
 	return 0;
 }

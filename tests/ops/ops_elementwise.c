@@ -1,12 +1,16 @@
-/* Cases of the elementwise ops: swiglu (out = silu(gate) · up) and add
- * (y += x), out of place and in place, swiglu of the halves of fused
- * gate_up rows, and their refusals.
+/* Cases of the elementwise ops: swiglu (out = silu(gate) · up), add
+ * (y += x) and sigmoid_mul (out = x · sigmoid(g), g per element or per
+ * row), out of place and in place, swiglu of the halves of fused gate_up
+ * rows, and their refusals.
  *
  * Reference: swiglu in double within 1e-5 of |ref|; add within 1e-7 of
  * |x| + |y| and x += x exactly 2x. Against the cpu: add is bitwise (one f32
  * addition either way); swiglu within a few f32 ulps of its outputs (the
  * device's expf differs in the last bits): max_abs 4e-6 for outputs of a few
  * units, NMSE 1e-12, and a case with larger outputs scales max_abs with them.
+ * sigmoid_mul: x / (1 + e^-g) in double within 1e-6 of |ref| (expf, one
+ * add, a division and a product: a few ulps); against the cpu max_abs 2e-6
+ * on outputs below 2 (the device's expf), NMSE 1e-12.
  */
 #include <errno.h>
 #include <math.h>
@@ -162,6 +166,66 @@ static void add_check(struct op_run *r, const void *params, const void *input, c
 
 static const struct op_family add = { add_build, add_run, add_check, false };
 
+struct sigmul_params {
+	int R, D;
+	bool row_gate; /* g [R, 1] */
+	bool in_place; /* out = x */
+	float mag;     /* of g */
+};
+
+static void *sigmul_build(struct op_run *r, const void *params, const struct op_backend *target)
+{
+	const struct sigmul_params *p = params;
+	size_t n = (size_t)p->R * p->D;
+	struct ew_in *in = op_alloc(r, sizeof(*in));
+
+	in->a = op_floats(r, n);
+	in->b = op_floats(r, p->row_gate ? (size_t)p->R : n);
+	op_fill(r, in->a, n, 2.0f);
+	op_fill(r, in->b, p->row_gate ? (size_t)p->R : n, p->mag);
+	return in;
+}
+
+static void *sigmul_run(struct op_run *r, const void *params, const void *input,
+			const struct op_backend *b)
+{
+	const struct sigmul_params *p = params;
+	const struct ew_in *in = input;
+	struct ew_out *o = op_alloc(r, sizeof(*o));
+	struct kt_tensor x = op_tensor(r, b, KT_F32, p->R, p->D, in->a);
+	struct kt_tensor g = op_tensor(r, b, KT_F32, p->R, p->row_gate ? 1 : p->D, in->b);
+	struct kt_tensor out = p->in_place ? x : op_tensor(r, b, KT_F32, p->R, p->D, NULL);
+
+	o->rc = kt_sigmoid_mul(b->be, &out, &x, &g);
+	o->out = op_get(r, b, &out);
+	return o;
+}
+
+static void sigmul_check(struct op_run *r, const void *params, const void *input,
+			 const void *got, const void *cpu)
+{
+	const struct sigmul_params *p = params;
+	const struct ew_in *in = input;
+	const struct ew_out *g = got, *c = cpu;
+	size_t n = (size_t)p->R * p->D;
+	double *ref;
+
+	op_check_rc(r, g->rc, 0, "sigmoid_mul runs");
+	if (c) {
+		op_check_close(r, g->out, c->out, n, 2e-6, 1e-12, "out against the cpu");
+		return;
+	}
+	ref = op_doubles(r, n);
+	for (size_t i = 0; i < n; i++) {
+		const double gv = in->b[p->row_gate ? i / (size_t)p->D : i];
+
+		ref[i] = in->a[i] / (1.0 + exp(-gv));
+	}
+	op_check_rel(r, g->out, ref, NULL, n, 1e-6, "out against x · sigmoid(g) in double");
+}
+
+static const struct op_family sigmul = { sigmul_build, sigmul_run, sigmul_check, false };
+
 /* Refusals: shapes that do not match, outputs that partly overlap inputs. */
 enum ew_fault {
 	SWIGLU_UP_COLS,     /* up [2, 9] for gate [2, 10] */
@@ -169,6 +233,9 @@ enum ew_fault {
 	ADD_COLS,           /* x [300, 1023] for y [300, 1024] */
 	ADD_ROWS,           /* x [3, 8] for y [4, 8] */
 	ADD_SHIFTED,        /* x overlaps y half a row off */
+	SIGMUL_G_COLS,      /* g [4, 2] for x [4, 10] */
+	SIGMUL_G_ROWS,      /* g [3, 1] for x [4, 10] */
+	SIGMUL_OUT_OVER_G,  /* a row gate [4, 1] inside out */
 };
 
 struct ew_fault_params {
@@ -222,6 +289,20 @@ static void *ew_fault_run(struct op_run *r, const void *params, const void *inpu
 		o->rc_call = kt_add(b->be, &dst, &x);
 		break;
 	}
+	case SIGMUL_G_COLS:
+	case SIGMUL_G_ROWS: {
+		struct kt_tensor g = p->fault == SIGMUL_G_COLS ? kt_reshape(small, 4, 2)
+							       : kt_reshape(small, 3, 1);
+
+		o->rc_call = kt_sigmoid_mul(b->be, &a, &a, &g);
+		break;
+	}
+	case SIGMUL_OUT_OVER_G: {
+		struct kt_tensor g = kt_reshape(kt_rows(kt_reshape(big, 40, 1), 5, 4), 4, 1);
+
+		o->rc_call = kt_sigmoid_mul(b->be, &a, &a, &g);
+		break;
+	}
 	}
 	o->rc_sync = kt_synchronize(b->be);
 	o->n = (size_t)(big.rows * big.cols);
@@ -244,6 +325,8 @@ static const struct op_family ew_fault = { NULL, ew_fault_run, ew_fault_check, t
 #define SWIGLU(name, ...) \
 	{ name, "swiglu", &swiglu, &(const struct swiglu_params){ __VA_ARGS__ } }
 #define ADD(name, ...) { name, "add", &add, &(const struct add_params){ __VA_ARGS__ } }
+#define SIGMUL(name, ...) \
+	{ name, "sigmoid_mul", &sigmul, &(const struct sigmul_params){ __VA_ARGS__ } }
 #define FAULT(name, op, f) { name, op, &ew_fault, &(const struct ew_fault_params){ f } }
 
 static const struct op_case cases[] = {
@@ -272,6 +355,19 @@ static const struct op_case cases[] = {
 	FAULT("add: x of other columns", "add", ADD_COLS),
 	FAULT("add: x of other rows", "add", ADD_ROWS),
 	FAULT("add: x half a row off y", "add", ADD_SHIFTED),
+	SIGMUL("sigmoid_mul R=1 D=4096 gate 6 (attention output gate)", .R = 1, .D = 4096,
+	       .mag = 6.0f),
+	SIGMUL("sigmoid_mul R=7 D=1000 gate 20 in place", .R = 7, .D = 1000, .mag = 20.0f,
+	       .in_place = true),
+	SIGMUL("sigmoid_mul R=33 D=129 gate 4", .R = 33, .D = 129, .mag = 4.0f),
+	SIGMUL("sigmoid_mul R=40 D=2048 row gates 6 (shared expert)", .R = 40, .D = 2048,
+	       .row_gate = true, .mag = 6.0f),
+	SIGMUL("sigmoid_mul R=5 D=77 row gates 20 in place", .R = 5, .D = 77, .row_gate = true,
+	       .in_place = true, .mag = 20.0f),
+	SIGMUL("sigmoid_mul R=3 D=1 row gates", .R = 3, .D = 1, .row_gate = true, .mag = 4.0f),
+	FAULT("sigmoid_mul: g of two columns", "sigmoid_mul", SIGMUL_G_COLS),
+	FAULT("sigmoid_mul: g of other rows", "sigmoid_mul", SIGMUL_G_ROWS),
+	FAULT("sigmoid_mul: a row gate inside out", "sigmoid_mul", SIGMUL_OUT_OVER_G),
 };
 
 OP_LIST(ops_elementwise, cases);

@@ -1,5 +1,7 @@
 /* Cases of rmsnorm: out = x / rms(x) · w per row, after x += residual when
  * one is given; out separate or in place over x; w f32 or a bf16 weight.
+ * And of rmsnorm_gated (the Gated DeltaNet heads' norm): the same norm
+ * times silu(z), out separate or over x, on [R, dv] head rows.
  *
  * Reference: the row in double, out within 1e-5 of |ref| and x after the
  * residual add within 1e-7. Against the cpu: out within max_abs 1e-5 (a few
@@ -109,6 +111,56 @@ static void norm_check(struct op_run *r, const void *params, const void *input, 
 
 static const struct op_family norm = { norm_build, norm_run, norm_check, false };
 
+/* rmsnorm_gated: reference (w · x / rms(x)) · z / (1 + e^-z) in double,
+ * out within 1e-5 of |ref| (the norm's, then silu's expf and two more
+ * products: a few ulps); against the cpu as rmsnorm's out. in->res is z. */
+static void *gated_run(struct op_run *r, const void *params, const void *input,
+		       const struct op_backend *b)
+{
+	const struct norm_params *p = params;
+	const struct norm_in *in = input;
+	struct norm_out *o = op_alloc(r, sizeof(*o));
+	struct kt_tensor x = op_tensor(r, b, KT_F32, p->R, p->D, in->x);
+	struct kt_tensor z = op_tensor(r, b, KT_F32, p->R, p->D, in->res);
+	struct kt_tensor w = p->bf16_w ? op_weight_bf16(r, b, in->w, 1, p->D)
+				       : op_tensor(r, b, KT_F32, 1, p->D, in->w);
+	struct kt_tensor out = p->in_place ? x : op_tensor(r, b, KT_F32, p->R, p->D, NULL);
+
+	o->rc = kt_rmsnorm_gated(b->be, &out, &x, &z, &w, eps);
+	o->out = op_get(r, b, &out);
+	return o;
+}
+
+static void gated_check(struct op_run *r, const void *params, const void *input, const void *got,
+			const void *cpu)
+{
+	const struct norm_params *p = params;
+	const struct norm_in *in = input;
+	const struct norm_out *g = got, *c = cpu;
+	size_t n = (size_t)p->R * p->D;
+	double *ref;
+
+	op_check_rc(r, g->rc, 0, "rmsnorm_gated runs");
+	if (c) {
+		op_check_close(r, g->out, c->out, n, 1e-5, 1e-12, "out against the cpu");
+		return;
+	}
+	ref = op_doubles(r, n);
+	for (int i = 0; i < p->R; i++) {
+		const float *x = in->x + (size_t)i * p->D, *z = in->res + (size_t)i * p->D;
+		double ss = 0.0;
+
+		for (int d = 0; d < p->D; d++)
+			ss += (double)x[d] * x[d];
+		for (int d = 0; d < p->D; d++)
+			ref[(size_t)i * p->D + d] = in->w[d] * x[d] / sqrt(ss / p->D + eps) *
+						    (z[d] / (1.0 + exp(-(double)z[d])));
+	}
+	op_check_rel(r, g->out, ref, NULL, n, 1e-5, "out against the gated norm in double");
+}
+
+static const struct op_family gated = { norm_build, gated_run, gated_check, false };
+
 /* Refusals (x [2, 8], the first rows of a [4, 8] allocation, unless said). */
 enum norm_fault {
 	W_COLS,        /* w [1, 7] */
@@ -117,6 +169,9 @@ enum norm_fault {
 	OUT_SHIFTED,   /* out half a row off x */
 	EPS_NEGATIVE,
 	EPS_NAN,
+	GATED_Z_ROWS,  /* rmsnorm_gated: z of one row */
+	GATED_OUT_Z,   /* rmsnorm_gated: out is z's memory */
+	GATED_EPS,     /* rmsnorm_gated: negative eps */
 };
 
 struct norm_fault_params {
@@ -147,6 +202,9 @@ static void *norm_fault_run(struct op_run *r, const void *params, const void *in
 	case OUT_SHIFTED: o->rc_call = kt_rmsnorm(b->be, &shifted, &x, NULL, &w, e); break;
 	case EPS_NEGATIVE:
 	case EPS_NAN: o->rc_call = kt_rmsnorm(b->be, &out, &x, NULL, &w, e); break;
+	case GATED_Z_ROWS: o->rc_call = kt_rmsnorm_gated(b->be, &out, &x, &half, &w, e); break;
+	case GATED_OUT_Z: o->rc_call = kt_rmsnorm_gated(b->be, &out, &x, &out, &w, e); break;
+	case GATED_EPS: o->rc_call = kt_rmsnorm_gated(b->be, &out, &x, &x, &w, -1.0f); break;
 	}
 	o->rc_sync = kt_synchronize(b->be);
 	o->x = op_get(r, b, &xall);
@@ -170,6 +228,10 @@ static const struct op_family norm_fault = { NULL, norm_fault_run, norm_fault_ch
 #define NORM(name, ...) { name, "rmsnorm", &norm, &(const struct norm_params){ __VA_ARGS__ } }
 #define FAULT(name, f) \
 	{ name, "rmsnorm", &norm_fault, &(const struct norm_fault_params){ f } }
+#define GATED(name, ...) \
+	{ name, "rmsnorm_gated", &gated, &(const struct norm_params){ __VA_ARGS__ } }
+#define GFAULT(name, f) \
+	{ name, "rmsnorm_gated", &norm_fault, &(const struct norm_fault_params){ f } }
 
 static const struct op_case cases[] = {
 	NORM("rmsnorm R=1 D=64", .R = 1, .D = 64, .mag = 1.0f),
@@ -197,6 +259,16 @@ static const struct op_case cases[] = {
 	FAULT("rmsnorm: out half a row off x", OUT_SHIFTED),
 	FAULT("rmsnorm: negative eps", EPS_NEGATIVE),
 	FAULT("rmsnorm: eps NaN", EPS_NAN),
+	GATED("rmsnorm_gated R=1 D=128 (a decode row's head)", .R = 1, .D = 128, .mag = 1.0f),
+	GATED("rmsnorm_gated R=64 D=128 in place w bf16 (Qwen3-Next heads)", .R = 64, .D = 128,
+	      .mag = 3.0f, .in_place = true, .bf16_w = true),
+	GATED("rmsnorm_gated R=33 D=77 small", .R = 33, .D = 77, .mag = 1e-3f),
+	GATED("rmsnorm_gated R=300 D=64 large in place", .R = 300, .D = 64, .mag = 10.0f,
+	      .in_place = true),
+	GATED("rmsnorm_gated R=3 D=1", .R = 3, .D = 1, .mag = 1.0f),
+	GFAULT("rmsnorm_gated: z of other rows", GATED_Z_ROWS),
+	GFAULT("rmsnorm_gated: out over z", GATED_OUT_Z),
+	GFAULT("rmsnorm_gated: negative eps", GATED_EPS),
 };
 
 OP_LIST(ops_norm, cases);

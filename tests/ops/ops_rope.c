@@ -1,6 +1,8 @@
-/* Cases of rope: rotary embedding in place (rotate-half pairing), alone or
- * with the per-head RMSNorm fused in front (Qwen3's q_norm and k_norm), and
- * its refusals.
+/* Cases of rope: rotary embedding in place (rotate-half pairing) over the
+ * whole head or its first R dims (partial rotary, R = 2 · inv_freq.cols:
+ * D/4 and D/2 here, as Qwen3-Next's 0.25 of 256), alone or with the
+ * per-head RMSNorm fused in front (Qwen3's q_norm and k_norm, which still
+ * normalises all D dims), and its refusals.
  *
  * Reference: each pair rotated in double by cos/sin of the f32 angle
  * (float)pos · inv_freq[i] (what Hugging Face computes), after the head's
@@ -12,7 +14,8 @@
  *
  * Positions: the case's largest first, then 0, 1, 2, then random below it
  * (past 4096 and to 100000, where f32 angles lose bits). Head dims: 10, 64,
- * 70, 72, 128, 256; one head to 32.
+ * 70, 72, 128, 256; one head to 32. The dims past R are checked like the
+ * rotated ones: unchanged (or normalised) within 1e-5 of their value.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +26,7 @@ enum rope_norm { NORM_NONE, NORM_F32, NORM_BF16 };
 
 struct rope_params {
 	int T, n_heads, D;
+	int rot;     /* R, the rotated dims of a head; 0: D */
 	double base;
 	int max_pos;
 	enum rope_norm norm;
@@ -40,14 +44,20 @@ struct rope_out {
 
 static const float eps = 1e-6f;
 
-/* inv_freq[i] = base^(-2i / D) for i < D / 2. */
-static float *inv_freq(struct op_run *r, int D, double base)
+/* inv_freq[i] = base^(-2i / R) for i < R / 2 (Hugging Face's, over the
+ * rotated dims). */
+static float *inv_freq(struct op_run *r, int R, double base)
 {
-	float *inv = op_floats(r, (size_t)D / 2);
+	float *inv = op_floats(r, (size_t)R / 2);
 
-	for (int i = 0; i < D / 2; i++)
-		inv[i] = (float)(1.0 / pow(base, 2.0 * i / D));
+	for (int i = 0; i < R / 2; i++)
+		inv[i] = (float)(1.0 / pow(base, 2.0 * i / R));
 	return inv;
+}
+
+static int rot_dims(const struct rope_params *p)
+{
+	return p->rot ? p->rot : p->D;
 }
 
 static void *rope_build(struct op_run *r, const void *params, const struct op_backend *target)
@@ -63,7 +73,7 @@ static void *rope_build(struct op_run *r, const void *params, const struct op_ba
 	op_fill(r, in->w, (size_t)p->D, 2.0f);
 	if (p->norm == NORM_BF16)
 		op_round_bf16(in->w, (size_t)p->D);
-	in->inv = inv_freq(r, p->D, p->base);
+	in->inv = inv_freq(r, rot_dims(p), p->base);
 	for (int t = 0; t < p->T; t++)
 		in->pos[t] = t == 0 ? p->max_pos : t <= 3 ? t - 1 : op_randint(r, p->max_pos + 1);
 	return in;
@@ -78,7 +88,7 @@ static void *rope_run(struct op_run *r, const void *params, const void *input,
 	const int64_t C = (int64_t)p->n_heads * p->D;
 	struct kt_tensor x = op_tensor(r, b, KT_F32, p->T, C, in->x);
 	struct kt_tensor pos = op_tensor_raw(r, b, KT_I32, p->T, 1, in->pos);
-	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, p->D / 2, in->inv);
+	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, rot_dims(p) / 2, in->inv);
 	struct kt_tensor w = p->norm == NORM_BF16 ? op_weight_bf16(r, b, in->w, 1, p->D)
 						  : op_tensor(r, b, KT_F32, 1, p->D, in->w);
 	struct kt_tensor y, heads;
@@ -99,7 +109,7 @@ static void *rope_run(struct op_run *r, const void *params, const void *input,
 static void rope_reference(const struct rope_params *p, const struct rope_in *in, double *ref,
 			   double *scale)
 {
-	const int half = p->D / 2, C = p->n_heads * p->D;
+	const int half = rot_dims(p) / 2, C = p->n_heads * p->D;
 
 	for (int t = 0; t < p->T; t++) {
 		for (int h = 0; h < p->n_heads; h++) {
@@ -126,6 +136,10 @@ static void rope_reference(const struct rope_params *p, const struct rope_in *in
 				ra[i + half] = bb * c + a * s;
 				sa[i] = fabs(a * c) + fabs(bb * s);
 				sa[i + half] = fabs(bb * c) + fabs(a * s);
+			}
+			for (int i = 2 * half; i < p->D; i++) {
+				ra[i] = p->norm ? (double)x[i] * in->w[i] * inv_rms : x[i];
+				sa[i] = fabs(ra[i]);
 			}
 		}
 	}
@@ -162,9 +176,10 @@ static const struct op_family rope = { rope_build, rope_run, rope_check, false }
 enum rope_fault {
 	FAULT_NEGATIVE_POS,      /* token 1 at position -1 (device memory) */
 	FAULT_NEGATIVE_POS_NORM, /* the same with the fused norm */
-	FAULT_INV_COLS,          /* 4 heads of 32: inv_freq should be [1, 16] */
+	FAULT_INV_COLS,          /* 4 heads of 32: inv_freq [1, 32] rotates 64 dims */
 	FAULT_ODD_DIM,           /* head_dim 63 */
-	FAULT_ONE_HEAD,          /* one head of 128: inv_freq should be [1, 64] */
+	FAULT_INV_EMPTY,         /* inv_freq [1, 0]: no rotated dims */
+	FAULT_INV_ROWS,          /* inv_freq [2, 16] */
 	FAULT_COLS,              /* 2 heads of 66: x should have 132 columns */
 	FAULT_HEAD_DIM_LIMIT,    /* head_dim 258, past max_head_dim */
 	FAULT_POS_ROWS,          /* pos of one row for two tokens */
@@ -223,7 +238,8 @@ static void *rope_fault_run(struct op_run *r, const void *params, const void *in
 	case FAULT_NEGATIVE_POS: break;
 	case FAULT_INV_COLS: heads = 4; D = 32; break;
 	case FAULT_ODD_DIM: D = 63; break;
-	case FAULT_ONE_HEAD: heads = 1; D = 128; break;
+	case FAULT_INV_EMPTY: inv = kt_reshape(inv, 1, 0); break;
+	case FAULT_INV_ROWS: inv = kt_reshape(inv, 2, 16); break;
 	case FAULT_COLS: D = 66; break;
 	case FAULT_HEAD_DIM_LIMIT:
 		x = op_tensor(r, b, KT_F32, 1, 258, NULL);
@@ -310,11 +326,29 @@ static const struct op_case cases[] = {
 	     .max_pos = 4095, .norm = NORM_F32),
 	ROPE("rope+norm T=2 heads=11 D=10 w bf16", .T = 2, .n_heads = 11, .D = 10, .base = 1e6,
 	     .max_pos = 4095, .norm = NORM_BF16),
+	ROPE("rope partial R=16 T=5 heads=4 D=64", .T = 5, .n_heads = 4, .D = 64, .rot = 16,
+	     .base = 1e4, .max_pos = 4095),
+	ROPE("rope partial R=32 T=6 heads=3 D=64", .T = 6, .n_heads = 3, .D = 64, .rot = 32,
+	     .base = 1e6, .max_pos = 40000),
+	ROPE("rope partial R=64 T=1 heads=16 D=256 (Qwen3-Next)", .T = 1, .n_heads = 16,
+	     .D = 256, .rot = 64, .base = 1e7, .max_pos = 4095),
+	ROPE("rope partial R=128 T=9 heads=2 D=256", .T = 9, .n_heads = 2, .D = 256, .rot = 128,
+	     .base = 1e7, .max_pos = 100000),
+	ROPE("rope partial R=2 T=3 heads=2 D=10", .T = 3, .n_heads = 2, .D = 10, .rot = 2,
+	     .base = 1e4, .max_pos = 4095),
+	ROPE("rope+norm partial R=64 T=7 heads=16 D=256 w bf16 (Qwen3-Next q)", .T = 7,
+	     .n_heads = 16, .D = 256, .rot = 64, .base = 1e7, .max_pos = 4095,
+	     .norm = NORM_BF16),
+	ROPE("rope+norm partial R=64 T=3 heads=2 D=128 w f32", .T = 3, .n_heads = 2, .D = 128,
+	     .rot = 64, .base = 1e6, .max_pos = 4095, .norm = NORM_F32),
+	ROPE("rope+norm partial R=32 T=40 heads=4 D=128 w f32", .T = 40, .n_heads = 4, .D = 128,
+	     .rot = 32, .base = 1e6, .max_pos = 8191, .norm = NORM_F32),
 	FAULT("rope: a negative position", FAULT_NEGATIVE_POS),
 	FAULT("rope+norm: a negative position", FAULT_NEGATIVE_POS_NORM),
 	FAULT("rope: inv_freq of other columns", FAULT_INV_COLS),
 	FAULT("rope: odd head_dim", FAULT_ODD_DIM),
-	FAULT("rope: one head of 128 with inv_freq for 64", FAULT_ONE_HEAD),
+	FAULT("rope: inv_freq of no columns", FAULT_INV_EMPTY),
+	FAULT("rope: inv_freq of two rows", FAULT_INV_ROWS),
 	FAULT("rope: heads x head_dim other than x's columns", FAULT_COLS),
 	FAULT("rope: head_dim past max_head_dim", FAULT_HEAD_DIM_LIMIT),
 	FAULT("rope: pos of other rows", FAULT_POS_ROWS),

@@ -44,6 +44,9 @@
 	X(ops_moe_matmul) \
 	X(ops_moe_faults) \
 	X(ops_moe_chain) \
+	X(ops_gdn) \
+	X(ops_gdn_split) \
+	X(ops_gdn_faults) \
 	X(ops_comm) \
 	X(ops_graph)
 
