@@ -204,7 +204,9 @@ static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t 
 	struct kt_config kc = {
 		.backend = c->backend, .threads = c->threads, .device = c->device,
 		.max_tokens = x->lim.max_rows, .max_seqs = x->geo.n_slots,
-		.max_context = x->geo.context, .max_heads = mc.n_heads, .max_head_dim = mc.head_dim,
+		.max_context = x->geo.context, .max_heads = mc.n_heads,
+		/* the attention heads', and the delta rule's head dims */
+		.max_head_dim = ATLAS_MAX(mc.head_dim, ATLAS_MAX(mc.linear.k_dim, mc.linear.v_dim)),
 	};
 	if ((rc = kt_backend_open(&kc, &x->be, err, errlen)))
 		return rc;

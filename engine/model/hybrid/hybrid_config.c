@@ -117,8 +117,13 @@ int hybrid_parse_config(const struct hf_json *f, int variant, struct model_confi
 		c->linear_state_floats = 0;
 	if (variant == HYBRID_QWEN35)
 		return 0;
-	if ((rc = moe_parse_config(f, c, err, errlen)) ||
-	    (rc = hf_int(f, f->root, "shared_expert_intermediate_size", false, 0,
+	if ((rc = moe_parse_config(f, c, err, errlen)))
+		return rc;
+	/* Qwen3.5's MoE configuration has no norm_topk_prob: its router always
+	 * divides the top k by their sum. */
+	if (variant == HYBRID_QWEN35_MOE && !hf_get(f->root, "norm_topk_prob"))
+		c->norm_topk_prob = true;
+	if ((rc = hf_int(f, f->root, "shared_expert_intermediate_size", false, 0,
 			 &c->shared_expert_intermediate_size, err, errlen)))
 		return rc;
 	if (c->shared_expert_intermediate_size < 0)
