@@ -65,6 +65,10 @@ int persist_load(struct atlas_engine *e, char *err, size_t errlen)
 	const struct atlas_config *c = &e->cfg;
 	if (!c->kv_persist)
 		return 0;
+	if (e->x->mc->n_linear_layers)
+		return atlas_errf(err, errlen, -ENOTSUP,
+				  "kv_persist: %s has linear-attention layers, whose recurrent "
+				  "state the kept sessions do not hold yet", e->x->mc->architecture);
 	struct persist_identity id;
 	int rc = persist_identity(c->model, e->x->be->info.name, e->vocab, &id, err, errlen);
 	if (rc)

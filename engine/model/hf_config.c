@@ -236,7 +236,7 @@ static int parse_sizes(const struct hf_json *f, struct model_config *cfg, char *
 
 	if ((rc = hf_int(f, r, "vocab_size", true, 0, &cfg->vocab_size, err, errlen)) ||
 	    (rc = hf_int(f, r, "hidden_size", true, 0, &cfg->hidden_size, err, errlen)) ||
-	    (rc = hf_int(f, r, "intermediate_size", true, 0, &cfg->intermediate_size, err,
+	    (rc = hf_int(f, r, "intermediate_size", false, 0, &cfg->intermediate_size, err,
 			  errlen)) ||
 	    (rc = hf_int(f, r, "num_hidden_layers", true, 0, &cfg->n_layers, err, errlen)) ||
 	    (rc = hf_int(f, r, "num_attention_heads", true, 0, &cfg->n_heads, err, errlen)))
@@ -252,11 +252,11 @@ static int parse_sizes(const struct hf_json *f, struct model_config *cfg, char *
 			 &cfg->max_position_embeddings, err, errlen)))
 		return rc;
 
-	static const char *const positive[] = { "vocab_size", "hidden_size", "intermediate_size",
+	static const char *const positive[] = { "vocab_size", "hidden_size",
 						"num_hidden_layers", "num_key_value_heads",
 						"head_dim" };
-	const int values[] = { cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size,
-			       cfg->n_layers, cfg->n_kv_heads, cfg->head_dim };
+	const int values[] = { cfg->vocab_size, cfg->hidden_size, cfg->n_layers, cfg->n_kv_heads,
+			       cfg->head_dim };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(positive); i++)
 		if (values[i] <= 0)
 			return atlas_errf(err, errlen, -EINVAL, "%s: key %s: must be positive",
@@ -291,6 +291,11 @@ static int check_layers(const struct hf_json *f, const struct model_config *cfg,
 					  "%s: %s: layer %d: bad layer kind or cache index",
 					  f->path, cfg->architecture, l);
 	}
+	/* intermediate_size: what every dense MLP needs (an all-MoE model,
+	 * Qwen3.5's, may leave it out) */
+	if (cfg->n_moe_layers < cfg->n_layers && cfg->intermediate_size <= 0)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "%s: key intermediate_size: missing or not positive", f->path);
 	if (count[MODEL_MIXER_ATTENTION] != cfg->n_attention_layers ||
 	    count[MODEL_MIXER_LINEAR] != cfg->n_linear_layers ||
 	    (cfg->n_linear_layers > 0) != (cfg->linear_state_floats > 0))

@@ -344,11 +344,28 @@ static bool movable(const struct seq_pool *p, const struct kv_ref *r)
 	return !r->moving && (r->tier != KV_TIER_DEVICE || p->kv.refs[r->index] == 1);
 }
 
+/* Copy s's recurrent state to host memory and free its slots: 1 if it did. */
+static int park_state(struct seq_pool *p, struct seq *s)
+{
+	if (!p->state.n_layers || s->state_slot < 0 || s->state_host)
+		return 0;
+	float *h = malloc((size_t)p->state.n_layers * (size_t)p->state.floats * sizeof *h);
+	if (!h || state_slot_save(&p->state, s->state_slot, h)) {
+		free(h);
+		return 0;
+	}
+	state_slot_free(&p->state, s->state_slot);
+	seq_forget_snapshot(p, s);
+	s->state_slot = -1;
+	s->state_host = h;
+	return 1;
+}
+
 int seq_park(struct seq_pool *p, struct seq *s)
 {
-	int started = 0;
 	if (!p->moves)
 		return 0;
+	int started = park_state(p, s);
 	for (int b = 0; b < s->n_blocks && p->n_free_moves; b++) {
 		struct kv_ref *r = &s->blocks[b];
 		if (r->tier != KV_TIER_DEVICE || !movable(p, r))

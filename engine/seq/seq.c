@@ -93,8 +93,16 @@ int seq_reserve(struct seq_pool *p, struct seq *s, int n_tokens)
 	for (int i = 0; i < add; i++)
 		s->blocks[s->n_blocks++] = (struct kv_ref){ .tier = KV_TIER_DEVICE,
 							    .index = (uint32_t)kv_block_alloc(kv) };
-	if (slot)
-		s->state_slot = state_slot_alloc(&p->state);
+	if (slot) {
+		const int st = state_slot_alloc(&p->state);
+		if (s->state_host && (rc = state_slot_load(&p->state, st, s->state_host))) {
+			state_slot_free(&p->state, st);
+			return rc;
+		}
+		free(s->state_host);
+		s->state_host = NULL;
+		s->state_slot = st;
+	}
 	return 0;
 }
 
@@ -230,6 +238,8 @@ void seq_release(struct seq_pool *p, struct seq *s)
 	if (s->snap_slot >= 0)
 		state_slot_free(&p->state, s->snap_slot);
 	s->state_slot = s->snap_slot = -1;
+	free(s->state_host);
+	s->state_host = NULL;
 	s->snap_pos = 0;
 	s->n_tokens = 0;
 	s->lost = 0;

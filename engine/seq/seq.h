@@ -105,6 +105,9 @@ struct seq {
 				     * first step writes it, which starts from a zero state
 				     * because its first position is 0 */
 	int snap_slot;              /* a copy of the state taken at snap_pos, -1: none */
+	float *state_host;          /* the state parked on the host by seq_park
+				     * ([n_layers * floats], owned; state_slot is -1 then),
+				     * NULL: none; seq_reserve brings it back */
 	int snap_pos;
 	int n_moving;               /* blocks with a move in flight */
 	int lost;                   /* a block could not be read back: the negative errno;
@@ -120,6 +123,10 @@ void state_pool_free(struct state_pool *p);
 int state_slot_alloc(struct state_pool *p);
 void state_slot_free(struct state_pool *p, int slot);
 int state_slot_copy(struct state_pool *p, int dst, int src);
+/* A slot's state in every layer to host memory [n_layers * floats], and
+ * back; synchronous (parking an idle sequence, not a step's work). */
+int state_slot_save(struct state_pool *p, int slot, float *host);
+int state_slot_load(struct state_pool *p, int slot, const float *host);
 
 /* The pools of a model: KV blocks from kv_budget bytes for its attention
  * layers, state_slots recurrent slots when it has linear layers. */
@@ -182,8 +189,10 @@ int seq_pool_tiers(struct seq_pool *p, uint64_t host_bytes, const char *disk_dir
 		   void *wake_ctx, char *err, size_t errlen);
 /* Start moving s's device blocks away (to host slots, or through staging to
  * disk when the host tier is full); blocks shared with another sequence
- * stay. The device blocks are free once the moves end. Returns the number
- * started, 0 when none could. */
+ * stay. The device blocks are free once the moves end. A recurrent state
+ * is copied to host memory and its slot freed at once (seq_reserve brings
+ * it back). Returns the number of blocks started plus one for a parked
+ * state, 0 when nothing could move. */
 int seq_park(struct seq_pool *p, struct seq *s);
 /* Start writing s's blocks in host slots to disk; returns the number started. */
 int seq_demote(struct seq_pool *p, struct seq *s);

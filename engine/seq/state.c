@@ -75,3 +75,31 @@ int state_slot_copy(struct state_pool *p, int dst, int src)
 	}
 	return 0;
 }
+
+int state_slot_save(struct state_pool *p, int slot, float *host)
+{
+	const size_t bytes = (size_t)p->floats * sizeof(float);
+	if (slot < 0 || slot >= p->n_slots)
+		return -EINVAL;
+	for (int l = 0; l < p->n_layers; l++) {
+		int rc = kt_download(p->be, host + (size_t)l * (size_t)p->floats, &p->layers[l],
+				     (size_t)slot * bytes, bytes);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int state_slot_load(struct state_pool *p, int slot, const float *host)
+{
+	const size_t bytes = (size_t)p->floats * sizeof(float);
+	if (slot < 0 || slot >= p->n_slots)
+		return -EINVAL;
+	for (int l = 0; l < p->n_layers; l++) {
+		int rc = kt_upload(p->be, &p->layers[l], (size_t)slot * bytes,
+				   host + (size_t)l * (size_t)p->floats, bytes);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

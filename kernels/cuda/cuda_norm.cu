@@ -222,7 +222,7 @@ int cuda_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor *out,
 	if (!cu_shape(out, KT_F32, R, D) || !cu_shape(z, KT_F32, R, D) || !cu_float(w) ||
 	    w->rows != 1 || w->cols != D)
 		return -EINVAL;
-	if (!cu_same_or_apart(out, x) || !cu_same_or_apart(out, z) || cu_overlap(out, w))
+	if (!cu_same_or_apart(out, x) || cu_overlap(out, z) || cu_overlap(out, w))
 		return -EINVAL;
 	if (!(eps >= 0.0f))
 		return -EINVAL;

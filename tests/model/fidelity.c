@@ -178,6 +178,12 @@ static int alloc_kv(struct ref_model *r, struct kt_backend *be)
 			      (int64_t)c->n_kv_heads * c->head_dim, &kv->k[l]) ||
 		     kt_alloc(be, be->info.kv_dtype, (int64_t)n_blocks * FID_BLOCK,
 			      (int64_t)c->n_kv_heads * c->head_dim, &kv->v[l]);
+	kv->n_states = c->n_linear_layers;
+	kv->state = calloc((size_t)c->n_linear_layers + 1, sizeof *kv->state);
+	for (int l = 0; l < c->n_linear_layers && !rc; l++)
+		rc = kt_alloc(be, KT_F32, FID_MAX_SEQS, c->linear_state_floats, &kv->state[l]);
+	if (c->n_linear_layers && !rc)
+		rc = kt_alloc(be, KT_I32, FID_MAX_TOKENS, 1, &kv->state_slot);
 	/* Scattered blocks: slot s, block j lives at a permuted device block. */
 	for (int i = 0; i < n_blocks; i++)
 		table[i] = (int32_t)((i * 13 + 5) % n_blocks);
@@ -205,6 +211,8 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 	assert_int_equal(kt_upload(be, &kv->ids, 0, ids, ib), 0);
 	assert_int_equal(kt_upload(be, &kv->pos, 0, pos, ib), 0);
 	assert_int_equal(kt_upload(be, &kv->seq, 0, seq, ib), 0);
+	if (kv->n_states)
+		assert_int_equal(kt_upload(be, &kv->state_slot, 0, seq, ib), 0);
 	assert_int_equal(kt_upload(be, &kv->out_rows, 0, rows, (size_t)n_out * sizeof(int32_t)), 0);
 
 	const struct model_step s = {
@@ -219,6 +227,8 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 		.vcache = kv->v,
 		.out_rows = kt_rows(kv->out_rows, 0, n_out),
 		.logits = kt_rows(kv->logits, 0, n_out),
+		.state = kv->state,
+		.state_slot = kv->n_states ? kt_rows(kv->state_slot, 0, n) : (struct kt_tensor){ 0 },
 	};
 	assert_int_equal(model_forward(m, &s), 0);
 	assert_int_equal(kt_download(be, out, &s.logits, 0, kt_nbytes(&s.logits)), 0);
@@ -276,6 +286,12 @@ void fid_close(struct ref_model *r, struct kt_backend *be)
 	for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
 		if (small[i]->data)
 			kt_free(be, small[i]);
+	for (int l = 0; l < kv->n_states; l++)
+		if (kv->state[l].data)
+			kt_free(be, &kv->state[l]);
+	if (kv->state_slot.data)
+		kt_free(be, &kv->state_slot);
+	free(kv->state);
 	free(kv->k);
 	free(kv->v);
 	for (int s = 0; s < r->n_seqs; s++) {
@@ -308,15 +324,19 @@ void fid_run_chunked(struct ref_model *r, struct kt_backend *be, const struct re
 			if (quota[s] > FID_MAX_TOKENS / 2)
 				quota[s] = FID_MAX_TOKENS / 2;
 		}
+		/* Token by token, or one sequence's rows after the other's where
+		 * linear-attention layers need a sequence's rows together. */
+		const bool together = r->kv.n_states > 0;
 		while (quota[0] || quota[1])
-			for (int s = 0; s < n; s++) {
-				if (!quota[s])
-					continue;
-				ids[t] = seqs[s]->ids[done[s]];
-				seq[t] = first_slot + s;
-				pos[t++] = done[s]++;
-				quota[s]--;
-			}
+			for (int s = 0; s < n; s++)
+				while (quota[s]) {
+					ids[t] = seqs[s]->ids[done[s]];
+					seq[t] = first_slot + s;
+					pos[t++] = done[s]++;
+					quota[s]--;
+					if (!together)
+						break;
+				}
 		int32_t rows[FID_MAX_TOKENS];
 		for (int i = 0; i < t; i++)
 			rows[i] = i;

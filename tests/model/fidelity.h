@@ -41,6 +41,11 @@ struct fid_kv {
 	struct kt_tensor block_tables;  /* [FID_MAX_SEQS, FID_MAX_CONTEXT / FID_BLOCK] */
 	struct kt_tensor ids, pos, seq, out_rows;  /* [FID_MAX_TOKENS, 1] i32 */
 	struct kt_tensor logits;        /* [FID_MAX_TOKENS, vocab] f32 */
+	/* Linear-attention layers' recurrent states: one row per sequence slot
+	 * (a row's state row is its slot), n_states of them. */
+	int n_states;
+	struct kt_tensor *state;        /* [n_states] of [FID_MAX_SEQS, linear_state_floats] f32 */
+	struct kt_tensor state_slot;    /* [FID_MAX_TOKENS, 1] i32 */
 };
 
 struct ref_model {

@@ -61,6 +61,9 @@ struct gdn_world *gdn_build(struct op_run *r, const struct gdn_params *p)
 	w->state = op_floats(r, (size_t)(w->n_slots * w->F));
 	op_fill(r, w->x, (size_t)(w->T * w->C), 1.0f);
 	op_fill(r, w->w, (size_t)(w->C * p->K), 0.5f);
+	/* bf16 values: a backend that keeps weights in bf16 (cuda) holds them
+	 * exactly, so the comparison with the cpu sees the op, not the rounding. */
+	op_round_bf16(w->w, (size_t)(w->C * p->K));
 	op_fill(r, w->ba, (size_t)w->T * 2 * p->Hv, 4.0f);
 	op_fill(r, w->dt_bias, (size_t)p->Hv, 1.0f);
 	for (int h = 0; h < p->Hv; h++)
