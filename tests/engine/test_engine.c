@@ -171,7 +171,9 @@ static void test_preemption_recomputes_the_same(void **state)
 	uint64_t per_block = st->kv.bytes_per_block;
 	atlas_engine_close(e);
 
-	e = open_engine(4, 16, per_block * 9);
+	/* 7 blocks: the longest (90 + 12 tokens) alone; any overlap with it
+	 * takes a block from someone. */
+	e = open_engine(4, 16, per_block * 7);
 	struct gen g[N_PROMPTS];
 	run_batch(e, g, 12);
 	for (int i = 0; i < N_PROMPTS; i++)
