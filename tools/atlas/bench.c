@@ -34,8 +34,9 @@ static const char usage[] =
 	"\n"
 	CLI_CONFIG_HELP
 	"  --dummy-weights     random weights of a known shape instead of model files\n"
-	"  --arch A            with --dummy-weights: qwen3 (default), llama or atlas\n"
-	"                      (qwen3 --shape 30b-a3b, 235b-a22b-8l: Qwen3-MoE)\n"
+	"  --arch A            with --dummy-weights: qwen3 (default), qwen3.5, llama or atlas\n"
+	"                      (qwen3 --shape 30b-a3b, 235b-a22b-8l: Qwen3-MoE; qwen3\n"
+	"                      --shape next-80b-a3b-20l, qwen3.5 --shape 35b-a3b-32l: hybrid)\n"
 	"  --shape S           with --dummy-weights: qwen3 0.6b 1.7b 4b 8b 14b,\n"
 	"                      llama 3.2-1b 3.2-3b 3.1-8b, atlas tiny (default 0.6b)\n"
 	"  --prompt-tokens N,...\n"
