@@ -234,6 +234,18 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 	assert_int_equal(kt_download(be, out, &s.logits, 0, kt_nbytes(&s.logits)), 0);
 }
 
+void fid_step(struct ref_model *r, struct kt_backend *be, const int32_t *ids, int slot,
+	      int pos0, int n, float *out)
+{
+	int32_t seq[FID_MAX_TOKENS], pos[FID_MAX_TOKENS], rows[FID_MAX_TOKENS];
+	for (int t = 0; t < n; t++) {
+		seq[t] = slot;
+		pos[t] = pos0 + t;
+		rows[t] = t;
+	}
+	step(r, r->m, be, ids, seq, pos, n, rows, n, out);
+}
+
 static void one_step(struct ref_model *r, struct model *m, struct kt_backend *be,
 		     const struct ref_seq *q, int slot, float *out)
 {

@@ -77,6 +77,10 @@ void fid_close(struct ref_model *r, struct kt_backend *be);
  * token by token; logits of every token into outs[s] [len, vocab]. */
 void fid_run_chunked(struct ref_model *r, struct kt_backend *be, const struct ref_seq *const *seqs,
 		     const int *const *plans, float **outs, int n);
+/* One step of n tokens of sequence slot `slot` at positions pos0..; the
+ * logits of every row into out [n, vocab]. */
+void fid_step(struct ref_model *r, struct kt_backend *be, const int32_t *ids, int slot,
+	      int pos0, int n, float *out);
 /* Greedy decoding: prompt in one step, then one token per step, stopping
  * after max_new tokens or at an eos id. Returns the number of tokens. */
 int fid_greedy(struct ref_model *r, struct kt_backend *be, const int32_t *prompt, int n_prompt,

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "common/err.h"
 #include "engine/model/model.h"
@@ -140,6 +141,71 @@ static void test_logits(void **state)
 		       r->dtype, r->lowp_vs_upcast, argmax_checked);
 		assert_true(err_upcast <= TOL_F32);
 		assert_true(err_ref <= r->tol_lowp);
+	}
+}
+
+/* A second turn on the cache the first left (ref.json multi_turn, the
+ * hybrid models: their recurrent state carries it): the first turn's
+ * tokens in one step, the second's in another, against transformers'
+ * forward of the second on its cache: logits within TOL_F32 (f32), argmax
+ * of the float32 upcast where its top two are apart (bf16). */
+static void check_multi_turn(struct ref_model *r, json_t *mt)
+{
+	json_t *first = json_object_get(mt, "first"), *second = json_object_get(mt, "second");
+	const int n1 = (int)json_array_size(first), n2 = (int)json_array_size(second), V = r->vocab;
+	int32_t ids[FID_MAX_TOKENS];
+	float *out = malloc(sizeof(float) * FID_MAX_TOKENS * (size_t)V);
+	assert_true(n1 > 0 && n2 > 0 && n1 <= FID_MAX_TOKENS && n2 <= FID_MAX_TOKENS && out);
+	for (int i = 0; i < n1; i++)
+		ids[i] = (int32_t)json_integer_value(json_array_get(first, (size_t)i));
+	fid_step(r, be, ids, 0, 0, n1, out);
+	for (int i = 0; i < n2; i++)
+		ids[i] = (int32_t)json_integer_value(json_array_get(second, (size_t)i));
+	fid_step(r, be, ids, 0, n1, n2, out);
+	if (!r->lowp) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/ref/%s", r->dir,
+			 json_string_value(json_object_get(mt, "logits")));
+		float *want = malloc(sizeof(float) * (size_t)n2 * (size_t)V);
+		FILE *f = fopen(path, "rb");
+		assert_non_null(f);
+		assert_int_equal(fread(want, sizeof(float), (size_t)n2 * (size_t)V, f),
+				 (size_t)n2 * (size_t)V);
+		fclose(f);
+		const double err = max_abs_diff(out, want, (size_t)n2 * (size_t)V);
+		printf("  %s: second turn on the first's cache: max |atlas - transformers| = %.3g\n",
+		       r->name, err);
+		assert_true(err <= TOL_F32);
+		free(want);
+	} else {
+		json_t *am = json_object_get(mt, "argmax_upcast"), *gaps = json_object_get(mt,
+											"gaps_upcast");
+		int checked = 0;
+		for (int t = 0; t < n2; t++) {
+			if (json_number_value(json_array_get(gaps, (size_t)t)) <= TOL_F32)
+				continue;
+			checked++;
+			assert_int_equal(argmax(out + (size_t)t * V, V, NULL),
+					 json_integer_value(json_array_get(am, (size_t)t)));
+		}
+		printf("  %s: second turn on the first's cache: argmax equal at %d of %d "
+		       "positions\n", r->name, checked, n2);
+		assert_true(checked > n2 / 2);
+	}
+	free(out);
+}
+
+static void test_multi_turn(void **state)
+{
+	for (int i = 0; i < n_refs; i++) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/ref/ref.json", refs[i].dir);
+		json_t *j = json_load_file(path, 0, NULL);
+		assert_non_null(j);
+		json_t *mt = json_object_get(j, "multi_turn");
+		if (mt)
+			check_multi_turn(&refs[i], mt);
+		json_decref(j);
 	}
 }
 
@@ -255,6 +321,7 @@ int main(void)
 		cmocka_unit_test(test_logits),
 		cmocka_unit_test(test_chunks_and_batches),
 		cmocka_unit_test(test_greedy),
+		cmocka_unit_test(test_multi_turn),
 		cmocka_unit_test(test_v4_config),
 	};
 
