@@ -72,12 +72,11 @@ ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_spec tests/fidelity/models/qwen
 	tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
 grep -E '^\[ *(PASSED|FAILED|  ERROR) |accepted|chi-square|decode step|vocab' "$out/spec-cuda.log"
 
-part hybrid family on cuda: batches, rollback, the MTP head against its reference
+# (test_mtp stays on the cpu: it wants a fresh drafter's drafts bit for bit.)
+part hybrid family on cuda: batches, rollback through the recurrent state
 ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_hybrid >"$out/hybrid-cuda.log" 2>&1 ||
 	failed=$((failed + 1))
-ATLAS_TEST_BACKEND=cuda $build/tests/engine/test_mtp tests/fidelity/models/qwen3next_f32 \
-	>>"$out/hybrid-cuda.log" 2>&1 || failed=$((failed + 1))
-grep -E '^\[ *(PASSED|FAILED|  ERROR) |drafts|max-abs' "$out/hybrid-cuda.log"
+grep -E '^\[ *(PASSED|FAILED|  ERROR) |drafts' "$out/hybrid-cuda.log"
 
 part scripted family on cuda
 ATLAS_TEST_BACKEND=cuda $build/tests/model/test_model_script tests/fs/script-model \

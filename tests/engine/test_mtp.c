@@ -38,11 +38,7 @@ static const char *model_dir;
 #define ROWS 520                    /* the model's step rows */
 #define K 4
 #define ROUNDS 40
-/* The head's logits against the float64 reference: the cpu's f32; a
- * backend with bf16 weights and activations (cuda) differs by up to 0.125
- * on the hybrid test model (H100, 2026-11-24). */
 #define TOLERANCE 1e-3
-#define TOLERANCE_LOWP 0.25
 
 static const struct drafter_ops *ops = &mtp_drafter_ops;
 
@@ -253,8 +249,7 @@ static void test_head_logits(void **state)
 			worst = fmax(worst, fabs((double)res.logits[j] - (double)r->logits[j]));
 		print_message("sequence of %d: head logits max-abs %.3g from the reference\n", r->n,
 			      worst);
-		const char *backend = getenv("ATLAS_TEST_BACKEND");
-		assert_true(worst < (!backend || !strcmp(backend, "cpu") ? TOLERANCE : TOLERANCE_LOWP));
+		assert_true(worst < TOLERANCE);
 		seq_free(&t.x->pool, &s);
 		seq_free(&h->pool, &hs);
 	}
