@@ -119,14 +119,11 @@ static int bind_dummy(struct model *m, struct kt_tensor *dst, const char *name, 
 	return 0;
 }
 
-int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
-	       int64_t cols, char *err, size_t errlen)
+/* The tensor called name, present and of a float dtype. */
+static int find_float(struct model *m, const char *name, struct st_tensor **out, char *err,
+		      size_t errlen)
 {
-	if (!m->st)
-		return bind_dummy(m, dst, name, rows, cols, err, errlen);
 	struct st_tensor *t = st_find(m->st, name);
-	int rc;
-
 	if (!t)
 		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
 				  name);
@@ -134,7 +131,20 @@ int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
 				  t->file, name, t->dtype_name);
-	if ((rc = check_shape(t, rows, cols, err, errlen)))
+	*out = t;
+	return 0;
+}
+
+int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
+	       int64_t cols, char *err, size_t errlen)
+{
+	if (!m->st)
+		return bind_dummy(m, dst, name, rows, cols, err, errlen);
+	struct st_tensor *t;
+	int rc;
+
+	if ((rc = find_float(m, name, &t, err, errlen)) ||
+	    (rc = check_shape(t, rows, cols, err, errlen)))
 		return rc;
 	rows = rows ? rows : 1;
 	/* A copy, never an alias of the mapping: the files are unmapped once
@@ -169,16 +179,11 @@ static int stack_part(struct model *m, const struct model_part *p, int64_t rows,
 		      enum kt_dtype *dt, bool first, struct st_tensor **out, char *err,
 		      size_t errlen)
 {
-	struct st_tensor *t = st_find(m->st, p->name);
+	struct st_tensor *t;
 	int rc;
 
-	if (!t)
-		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
-				  p->name);
-	if (!t->dtype_ok)
-		return atlas_errf(err, errlen, -EINVAL,
-				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
-				  t->file, p->name, t->dtype_name);
+	if ((rc = find_float(m, p->name, &t, err, errlen)))
+		return rc;
 	if (p->slice < 0) {
 		if ((rc = check_shape(t, rows, cols, err, errlen)))
 			return rc;
@@ -332,17 +337,11 @@ int model_bind_rows(struct model *m, struct kt_tensor *dst, const char *name, in
 	}
 	if (!m->st)
 		return bind_dummy(m, dst, name, rows, cols, err, errlen);
-	struct st_tensor *t = st_find(m->st, name);
+	struct st_tensor *t;
 	int rc;
 
-	if (!t)
-		return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing", m->st->source,
-				  name);
-	if (!t->dtype_ok)
-		return atlas_errf(err, errlen, -EINVAL,
-				  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
-				  t->file, name, t->dtype_name);
-	if ((rc = check_shape(t, full_rows, cols, err, errlen)))
+	if ((rc = find_float(m, name, &t, err, errlen)) ||
+	    (rc = check_shape(t, full_rows, cols, err, errlen)))
 		return rc;
 	const size_t row_bytes = (size_t)cols * kt_dtype_size(t->dtype);
 	unsigned char *buf = malloc((size_t)rows * row_bytes), *p = buf;
@@ -393,17 +392,9 @@ int model_bind_f32(struct model *m, struct kt_tensor *dst, const char *name, int
 	struct st_tensor *t = NULL;
 	int rc;
 
-	if (m->st) {
-		if (!(t = st_find(m->st, name)))
-			return atlas_errf(err, errlen, -ENOENT, "%s: tensor %s: missing",
-					  m->st->source, name);
-		if (!t->dtype_ok)
-			return atlas_errf(err, errlen, -EINVAL,
-					  "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
-					  t->file, name, t->dtype_name);
-		if ((rc = check_shape(t, 0, cols, err, errlen)))
-			return rc;
-	}
+	if (m->st && ((rc = find_float(m, name, &t, err, errlen)) ||
+		      (rc = check_shape(t, 0, cols, err, errlen))))
+		return rc;
 	float *v = malloc((size_t)cols * sizeof *v);
 	if (!v)
 		return atlas_errf(err, errlen, -ENOMEM, "%s: out of host memory", name);

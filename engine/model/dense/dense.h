@@ -10,6 +10,7 @@
 #ifndef ATLAS_ENGINE_MODEL_DENSE_H
 #define ATLAS_ENGINE_MODEL_DENSE_H
 
+#include "engine/model/blocks.h"
 #include "engine/model/family.h"
 #include "engine/model/internal.h"
 #include "engine/model/moe/moe.h"
@@ -50,19 +51,6 @@ struct dense_scratch {
 	struct kt_tensor inv_freq;      /* [1, R/2] rotary inverse frequencies (R = rope_dim) */
 };
 
-/* What an MTP head has beyond a decoder's weights (dense_head.c): its
- * input x = fc · [rmsnorm_e(embed(token)) | rmsnorm_h(hidden)]. M =
- * max_tokens. */
-struct dense_head {
-	struct kt_tensor norm_e, norm_h;    /* [1, E] pre_fc_norm_embedding, pre_fc_norm_hidden */
-	struct kt_tensor fc;                /* [E, 2E] */
-	struct kt_tensor halves;            /* [2M, E] f32: normed embeddings in rows [0, T),
-					     * normed hidden rows in [M, M + T) */
-	struct kt_tensor pairs;             /* [2M, E] f32: halves interleaved, row 2t the
-					     * embedding's and 2t + 1 the hidden's: [T, 2E] */
-	struct kt_tensor order;             /* [2M, 1] i32: 0, M, 1, M + 1, ... */
-};
-
 /* model.family_data of a dense model, or of its MTP head (head != NULL:
  * layers are the head's, final_norm its mtp.norm). */
 struct dense_model {
@@ -72,7 +60,8 @@ struct dense_model {
 	struct dense_layer *layers;     /* [n_layers] owned */
 	struct dense_scratch s;
 	struct moe_scratch moe;         /* allocated when the model has MoE layers */
-	struct dense_head *head;        /* owned; NULL for the model itself */
+	struct model_head_input *head;  /* an MTP head's input (dense_head.c binds it); owned;
+					 * NULL for the model itself */
 };
 
 int dense_parse_config(const struct hf_json *f, int variant, struct model_config *c,

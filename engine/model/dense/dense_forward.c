@@ -33,50 +33,27 @@ static const struct kt_tensor *opt(const struct kt_tensor *t)
 	return t->data ? t : NULL;
 }
 
-static int alloc_f32(struct kt_backend *be, int64_t rows, int64_t cols, struct kt_tensor *t,
-		     const char *what, char *err, size_t errlen)
-{
-	int rc = kt_alloc(be, KT_F32, rows, cols, t);
-	if (rc)
-		return atlas_errf(err, errlen, rc,
-				  "scratch %s [%lld, %lld]: backend allocation failed", what,
-				  (long long)rows, (long long)cols);
-	return 0;
-}
-
 int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
-	struct kt_backend *be = m->be;
 	struct dense_scratch *s = &d->s;
 	const int64_t t = m->max_tokens, e = c->hidden_size, in = c->intermediate_size;
 	const int64_t q = (int64_t)c->n_heads * c->head_dim;
 	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
-	const int half = c->rope_dim / 2;
 	int rc;
 
-	if ((rc = alloc_f32(be, t, e, &s->x, "x", err, errlen)) ||
-	    (rc = alloc_f32(be, t, e, &s->xn, "xn", err, errlen)) ||
-	    (rc = alloc_f32(be, t, e, &s->proj, "proj", err, errlen)) ||
-	    (rc = alloc_f32(be, t, q, &s->q, "q", err, errlen)) ||
-	    (rc = alloc_f32(be, t, kv, &s->k, "k", err, errlen)) ||
-	    (rc = alloc_f32(be, t, kv, &s->v, "v", err, errlen)) ||
-	    (rc = alloc_f32(be, t, q, &s->att, "att", err, errlen)) ||
-	    (rc = alloc_f32(be, t, in, &s->gate, "gate", err, errlen)) ||
-	    (rc = alloc_f32(be, t, in, &s->up, "up", err, errlen)) ||
-	    (rc = alloc_f32(be, m->max_out, e, &s->out_h, "out_h", err, errlen)) ||
-	    (rc = alloc_f32(be, 1, half, &s->inv_freq, "inv_freq", err, errlen)))
+	if ((rc = model_alloc(m, KT_F32, t, e, &s->x, "x", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, e, &s->xn, "xn", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, e, &s->proj, "proj", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, q, &s->q, "q", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, kv, &s->k, "k", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, kv, &s->v, "v", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, q, &s->att, "att", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, in, &s->gate, "gate", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, in, &s->up, "up", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, m->max_out, e, &s->out_h, "out_h", err, errlen)))
 		return rc;
-
-	float *inv_freq = malloc((size_t)half * sizeof *inv_freq);
-	if (!inv_freq)
-		return atlas_errf(err, errlen, -ENOMEM, "rotary table: out of memory");
-	model_rope_inv_freq(c, inv_freq);
-	rc = kt_upload(be, &s->inv_freq, 0, inv_freq, (size_t)half * sizeof *inv_freq);
-	free(inv_freq);
-	if (rc)
-		return atlas_errf(err, errlen, rc, "rotary table: upload failed");
-	return 0;
+	return model_rope_table(m, &s->inv_freq, err, errlen);
 }
 
 void dense_free_scratch(struct model *m, struct dense_model *d)
@@ -87,23 +64,6 @@ void dense_free_scratch(struct model *m, struct dense_model *d)
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
-}
-
-/* y = x · wᵀ (+ bias) over the step's rows, the decode rows apart from the
- * prompt rows: a backend picks its kernel by row count (a bandwidth-bound
- * one for a few rows), so this keeps a decode row's arithmetic the same
- * whether or not prompt chunks share its step, and its tokens with it. */
-static int project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
-		   const struct kt_tensor *x, const struct kt_tensor *w,
-		   const struct kt_tensor *bias)
-{
-	const int64_t T = x->rows, d = b->n_single;
-	if (d <= 0 || d >= T)
-		return kt_matmul(be, y, x, w, bias);
-	const struct kt_tensor y0 = kt_rows(*y, 0, d), x0 = kt_rows(*x, 0, d);
-	const struct kt_tensor y1 = kt_rows(*y, d, T - d), x1 = kt_rows(*x, d, T - d);
-	TRY(kt_matmul(be, &y0, &x0, w, bias));
-	return kt_matmul(be, &y1, &x1, w, bias);
 }
 
 /* Attention block of layer l, which owns paged cache `cache`: q, k, v from
@@ -121,16 +81,16 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	const struct kt_tensor q = kt_rows(sc->q, 0, T), k = kt_rows(sc->k, 0, T);
 	const struct kt_tensor v = kt_rows(sc->v, 0, T), att = kt_rows(sc->att, 0, T);
 
-	TRY(project(be, b, &q, xn, &w->wq, opt(&w->bq)));
-	TRY(project(be, b, &k, xn, &w->wk, opt(&w->bk)));
-	TRY(project(be, b, &v, xn, &w->wv, opt(&w->bv)));
+	TRY(model_project(be, b, &q, xn, &w->wq, opt(&w->bq)));
+	TRY(model_project(be, b, &k, xn, &w->wk, opt(&w->bk)));
+	TRY(model_project(be, b, &v, xn, &w->wv, opt(&w->bv)));
 	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
 		    c->rms_norm_eps));
 	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
 		    c->rms_norm_eps));
 	TRY(kt_kv_store(be, &s->kcache[cache], &s->vcache[cache], &k, &v, b));
 	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
-	TRY(project(be, b, proj, &att, &w->wo, opt(&w->bo)));
+	TRY(model_project(be, b, proj, &att, &w->wo, opt(&w->bo)));
 	return 0;
 }
 
@@ -147,10 +107,10 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	if (m->cfg.layers[l].mlp == MODEL_MLP_MOE)
 		return moe_forward(m, &w->moe, &dm->moe, b, xn, proj);
 
-	TRY(project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
-	TRY(project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
+	TRY(model_project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
+	TRY(model_project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
 	TRY(kt_swiglu(be, &gate, &gate, &up));
-	TRY(project(be, b, proj, &gate, &w->w_down, opt(&w->b_down)));
+	TRY(model_project(be, b, proj, &gate, &w->w_down, opt(&w->b_down)));
 	return 0;
 }
 
@@ -204,7 +164,7 @@ int dense_head_forward(struct model *m, const struct model_step *s)
 {
 	const struct model_config *c = &m->cfg;
 	struct dense_model *dm = m->family_data;
-	const struct dense_head *hd = dm->head;
+	const struct model_head_input *hd = dm->head;
 	struct kt_backend *be = m->be;
 	const struct kt_batch *b = &s->batch;
 	const int T = b->n_tokens, M = m->max_tokens, E = c->hidden_size;
@@ -218,20 +178,11 @@ int dense_head_forward(struct model *m, const struct model_step *s)
 
 	const struct kt_tensor x = kt_rows(dm->s.x, 0, T), xn = kt_rows(dm->s.xn, 0, T);
 	const struct kt_tensor proj = kt_rows(dm->s.proj, 0, T);
-	const struct kt_tensor emb = kt_rows(hd->halves, 0, T), hid = kt_rows(hd->halves, M, T);
-	const struct kt_tensor in = kt_rows(s->hidden, 0, T);
-	const struct kt_tensor order = kt_rows(hd->order, 0, 2 * (int64_t)T);
-	const struct kt_tensor pairs = kt_rows(hd->pairs, 0, 2 * (int64_t)T);
-	const struct kt_tensor joined = kt_reshape(pairs, T, 2 * (int64_t)E);
 	const struct kt_tensor h_out = s->hidden_out.data ? kt_rows(s->hidden_out, 0, n_out)
 							  : kt_rows(dm->s.out_h, 0, n_out);
 	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
 
-	TRY(kt_embed(be, &x, &dm->embed, &s->ids));
-	TRY(kt_rmsnorm(be, &emb, &x, NULL, &hd->norm_e, eps));
-	TRY(kt_rmsnorm(be, &hid, &in, NULL, &hd->norm_h, eps));
-	TRY(kt_gather_rows(be, &pairs, &hd->halves, &order));
-	TRY(project(be, b, &x, &joined, &hd->fc, NULL));
+	TRY(model_head_input_run(m, hd, &dm->embed, s, &x));
 	for (int l = 0; l < c->n_layers; l++) {
 		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
 		TRY(attention_block(m, l, s, c->layers[l].cache, &xn, &proj));

@@ -35,7 +35,7 @@ static int bind_head(struct model *m, struct dense_model *d, char *err, size_t e
 {
 	const struct model_config *c = &m->cfg;
 	const int64_t e = c->hidden_size;
-	struct dense_head *h = d->head;
+	struct model_head_input *h = d->head;
 	int rc;
 
 	d->layers = calloc((size_t)c->n_layers, sizeof *d->layers);
@@ -62,27 +62,6 @@ static int bind_head(struct model *m, struct dense_model *d, char *err, size_t e
 	return 0;
 }
 
-static int alloc_head(struct model *m, struct dense_head *h, char *err, size_t errlen)
-{
-	const int64_t rows = 2 * (int64_t)m->max_tokens, e = m->cfg.hidden_size;
-	int rc;
-	if ((rc = kt_alloc(m->be, KT_F32, rows, e, &h->halves)) ||
-	    (rc = kt_alloc(m->be, KT_F32, rows, e, &h->pairs)) ||
-	    (rc = kt_alloc(m->be, KT_I32, rows, 1, &h->order)))
-		return atlas_errf(err, errlen, rc, "MTP head scratch [%lld, %lld]: backend "
-				  "allocation failed", (long long)rows, (long long)e);
-	int32_t *order = malloc((size_t)rows * sizeof *order);
-	if (!order)
-		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
-	for (int t = 0; t < m->max_tokens; t++) {
-		order[2 * t] = t;
-		order[2 * t + 1] = m->max_tokens + t;
-	}
-	rc = kt_upload(m->be, &h->order, 0, order, (size_t)rows * sizeof *order);
-	free(order);
-	return rc ? atlas_errf(err, errlen, rc, "MTP head: upload failed") : 0;
-}
-
 int dense_head_load(struct model *m, char *err, size_t errlen)
 {
 	struct dense_model *d = calloc(1, sizeof *d);
@@ -95,18 +74,14 @@ int dense_head_load(struct model *m, char *err, size_t errlen)
 	int rc = bind_head(m, d, err, errlen);
 	if (!rc)
 		rc = dense_alloc_scratch(m, d, err, errlen);
-	return rc ? rc : alloc_head(m, d->head, err, errlen);
+	return rc ? rc : model_head_input_alloc(m, d->head, err, errlen);
 }
 
 void dense_head_free(struct model *m, struct dense_model *d)
 {
-	struct dense_head *h = d->head;
-	if (!h)
+	if (!d->head)
 		return;
-	struct kt_tensor *all[] = { &h->halves, &h->pairs, &h->order };
-	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
-		if (all[i]->data)
-			kt_free(m->be, all[i]);
-	free(h);
+	model_head_input_free(m, d->head);
+	free(d->head);
 	d->head = NULL;
 }

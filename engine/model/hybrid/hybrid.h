@@ -19,6 +19,7 @@
 #ifndef ATLAS_ENGINE_MODEL_HYBRID_H
 #define ATLAS_ENGINE_MODEL_HYBRID_H
 
+#include "engine/model/blocks.h"
 #include "engine/model/family.h"
 #include "engine/model/internal.h"
 #include "engine/model/moe/moe.h"
@@ -82,14 +83,6 @@ struct hybrid_scratch {
 	struct kt_tensor inv_freq;      /* [1, R/2] */
 };
 
-/* An MTP head's input: x = fc · [rmsnorm_e(embed) | rmsnorm_h(hidden)]. */
-struct hybrid_head {
-	struct kt_tensor norm_e, norm_h;    /* [1, E] f32, 1 + w */
-	struct kt_tensor fc;                /* [E, 2E] */
-	struct kt_tensor halves, pairs;     /* [2M, E] f32 (as dense.h's) */
-	struct kt_tensor order;             /* [2M, 1] i32: 0, M, 1, M + 1, ... */
-};
-
 /* model.family_data of a hybrid model, or of its MTP head (head != NULL). */
 struct hybrid_model {
 	struct kt_tensor embed;         /* [V, E] */
@@ -98,7 +91,8 @@ struct hybrid_model {
 	struct hybrid_layer *layers;    /* [n_layers] owned */
 	struct hybrid_scratch s;
 	struct moe_scratch moe;         /* allocated when the model has MoE layers */
-	struct hybrid_head *head;       /* owned; NULL for the model itself */
+	struct model_head_input *head;  /* an MTP head's input (norms 1 + w); owned; NULL for
+					 * the model itself */
 };
 
 int hybrid_parse_config(const struct hf_json *f, int variant, struct model_config *c,
@@ -117,10 +111,6 @@ int hybrid_linear_block(struct model *m, int l, const struct model_step *s,
 int hybrid_mlp_block(struct model *m, int l, const struct kt_batch *b,
 		     const struct kt_tensor *xn, const struct kt_tensor *proj);
 int hybrid_forward(struct model *m, const struct model_step *s);
-/* y = x · wᵀ with the decode rows apart from the prompt rows (dense_forward.c's
- * reason: a decode row's arithmetic must not depend on what shares its step). */
-int hybrid_project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
-		   const struct kt_tensor *x, const struct kt_tensor *w);
 /* The MTP head (hybrid_head.c). */
 int hybrid_head_load(struct model *m, char *err, size_t errlen);
 void hybrid_head_free(struct model *m, struct hybrid_model *h);

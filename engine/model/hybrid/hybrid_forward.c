@@ -27,22 +27,10 @@
 
 #define TRY(op) do { int rc_ = (op); if (rc_) return rc_; } while (0)
 
-static int alloc_f32(struct kt_backend *be, int64_t rows, int64_t cols, struct kt_tensor *t,
-		     const char *what, char *err, size_t errlen)
-{
-	int rc = kt_alloc(be, KT_F32, rows, cols, t);
-	if (rc)
-		return atlas_errf(err, errlen, rc,
-				  "scratch %s [%lld, %lld]: backend allocation failed", what,
-				  (long long)rows, (long long)cols);
-	return 0;
-}
-
 int hybrid_alloc_scratch(struct model *m, struct hybrid_model *h, char *err, size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
 	const struct model_linear *g = &c->linear;
-	struct kt_backend *be = m->be;
 	struct hybrid_scratch *s = &h->s;
 	const int64_t t = m->max_tokens, e = c->hidden_size;
 	const int64_t q = (int64_t)c->n_heads * c->head_dim;
@@ -51,41 +39,31 @@ int hybrid_alloc_scratch(struct model *m, struct hybrid_model *h, char *err, siz
 	const int64_t ch = 2 * (int64_t)g->k_heads * g->k_dim + vd;
 	const int64_t in = c->intermediate_size > c->shared_expert_intermediate_size
 				   ? c->intermediate_size : c->shared_expert_intermediate_size;
-	const int half = c->rope_dim / 2;
 	int rc;
 
-	if ((rc = alloc_f32(be, t, e, &s->x, "x", err, errlen)) ||
-	    (rc = alloc_f32(be, t, e, &s->xn, "xn", err, errlen)) ||
-	    (rc = alloc_f32(be, t, e, &s->proj, "proj", err, errlen)) ||
-	    (rc = alloc_f32(be, t, q, &s->q, "q", err, errlen)) ||
-	    (rc = alloc_f32(be, t, q, &s->gate, "gate", err, errlen)) ||
-	    (rc = alloc_f32(be, t, kv, &s->k, "k", err, errlen)) ||
-	    (rc = alloc_f32(be, t, kv, &s->v, "v", err, errlen)) ||
-	    (rc = alloc_f32(be, t, q, &s->att, "att", err, errlen)) ||
-	    (rc = alloc_f32(be, t, in, &s->mlp_gate, "mlp_gate", err, errlen)) ||
-	    (rc = alloc_f32(be, t, in, &s->mlp_up, "mlp_up", err, errlen)) ||
-	    (rc = alloc_f32(be, t, e, &s->shared, "shared", err, errlen)) ||
-	    (rc = alloc_f32(be, t, 1, &s->sh_logit, "sh_logit", err, errlen)) ||
-	    (rc = alloc_f32(be, m->max_out, e, &s->out_h, "out_h", err, errlen)) ||
-	    (rc = alloc_f32(be, 1, half, &s->inv_freq, "inv_freq", err, errlen)))
+	if ((rc = model_alloc(m, KT_F32, t, e, &s->x, "x", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, e, &s->xn, "xn", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, e, &s->proj, "proj", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, q, &s->q, "q", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, q, &s->gate, "gate", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, kv, &s->k, "k", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, kv, &s->v, "v", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, q, &s->att, "att", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, in, &s->mlp_gate, "mlp_gate", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, in, &s->mlp_up, "mlp_up", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, e, &s->shared, "shared", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, 1, &s->sh_logit, "sh_logit", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, m->max_out, e, &s->out_h, "out_h", err, errlen)))
 		return rc;
 	if (c->n_linear_layers &&
-	    ((rc = alloc_f32(be, t, ch, &s->qkv, "qkv", err, errlen)) ||
-	     (rc = alloc_f32(be, t, ch, &s->conv, "conv", err, errlen)) ||
-	     (rc = alloc_f32(be, t, vd, &s->z, "z", err, errlen)) ||
-	     (rc = alloc_f32(be, t, vd, &s->o, "o", err, errlen)) ||
-	     (rc = alloc_f32(be, t, 2 * (int64_t)g->v_heads, &s->ba, "ba", err, errlen))))
+	    ((rc = model_alloc(m, KT_F32, t, ch, &s->qkv, "qkv", err, errlen)) ||
+	     (rc = model_alloc(m, KT_F32, t, ch, &s->conv, "conv", err, errlen)) ||
+	     (rc = model_alloc(m, KT_F32, t, vd, &s->z, "z", err, errlen)) ||
+	     (rc = model_alloc(m, KT_F32, t, vd, &s->o, "o", err, errlen)) ||
+	     (rc = model_alloc(m, KT_F32, t, 2 * (int64_t)g->v_heads, &s->ba, "ba", err, errlen))))
 		return rc;
 
-	float *inv_freq = malloc((size_t)half * sizeof *inv_freq);
-	if (!inv_freq)
-		return atlas_errf(err, errlen, -ENOMEM, "rotary table: out of memory");
-	model_rope_inv_freq(c, inv_freq);
-	rc = kt_upload(be, &s->inv_freq, 0, inv_freq, (size_t)half * sizeof *inv_freq);
-	free(inv_freq);
-	if (rc)
-		return atlas_errf(err, errlen, rc, "rotary table: upload failed");
-	return 0;
+	return model_rope_table(m, &s->inv_freq, err, errlen);
 }
 
 void hybrid_free_scratch(struct model *m, struct hybrid_model *h)
@@ -98,18 +76,6 @@ void hybrid_free_scratch(struct model *m, struct hybrid_model *h)
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
-}
-
-int hybrid_project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
-		   const struct kt_tensor *x, const struct kt_tensor *w)
-{
-	const int64_t T = x->rows, d = b->n_single;
-	if (d <= 0 || d >= T)
-		return kt_matmul(be, y, x, w, NULL);
-	const struct kt_tensor y0 = kt_rows(*y, 0, d), x0 = kt_rows(*x, 0, d);
-	const struct kt_tensor y1 = kt_rows(*y, d, T - d), x1 = kt_rows(*x, d, T - d);
-	TRY(kt_matmul(be, &y0, &x0, w, NULL));
-	return kt_matmul(be, &y1, &x1, w, NULL);
 }
 
 int hybrid_attention_block(struct model *m, int l, const struct model_step *s,
@@ -127,16 +93,16 @@ int hybrid_attention_block(struct model *m, int l, const struct model_step *s,
 	const struct kt_tensor att = kt_rows(sc->att, 0, T);
 	const int cache = c->layers[l].cache;
 
-	TRY(hybrid_project(be, b, &q, xn, &w->wq));
-	TRY(hybrid_project(be, b, &gate, xn, &w->wgate));
-	TRY(hybrid_project(be, b, &k, xn, &w->wk));
-	TRY(hybrid_project(be, b, &v, xn, &w->wv));
+	TRY(model_project(be, b, &q, xn, &w->wq, NULL));
+	TRY(model_project(be, b, &gate, xn, &w->wgate, NULL));
+	TRY(model_project(be, b, &k, xn, &w->wk, NULL));
+	TRY(model_project(be, b, &v, xn, &w->wv, NULL));
 	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, &w->q_norm, c->rms_norm_eps));
 	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, &w->k_norm, c->rms_norm_eps));
 	TRY(kt_kv_store(be, &s->kcache[cache], &s->vcache[cache], &k, &v, b));
 	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
 	TRY(kt_sigmoid_mul(be, &att, &att, &gate));
-	return hybrid_project(be, b, proj, &att, &w->wo);
+	return model_project(be, b, proj, &att, &w->wo, NULL);
 }
 
 /* SwiGLU of xn through w_gate, w_up, w_down into out. */
@@ -150,10 +116,10 @@ static int swiglu_mlp(struct model *m, const struct hybrid_layer *w, const struc
 	const struct kt_tensor gate = kt_reshape(kt_rows(hm->s.mlp_gate, 0, T), T, in);
 	const struct kt_tensor up = kt_reshape(kt_rows(hm->s.mlp_up, 0, T), T, in);
 
-	TRY(hybrid_project(be, b, &gate, xn, &w->w_gate));
-	TRY(hybrid_project(be, b, &up, xn, &w->w_up));
+	TRY(model_project(be, b, &gate, xn, &w->w_gate, NULL));
+	TRY(model_project(be, b, &up, xn, &w->w_up, NULL));
 	TRY(kt_swiglu(be, &gate, &gate, &up));
-	return hybrid_project(be, b, out, &gate, &w->w_down);
+	return model_project(be, b, out, &gate, &w->w_down, NULL);
 }
 
 int hybrid_mlp_block(struct model *m, int l, const struct kt_batch *b,
@@ -173,7 +139,7 @@ int hybrid_mlp_block(struct model *m, int l, const struct kt_batch *b,
 	const struct kt_tensor shared = kt_rows(hm->s.shared, 0, T);
 	const struct kt_tensor logit = kt_rows(hm->s.sh_logit, 0, T);
 	TRY(swiglu_mlp(m, w, b, xn, &shared));
-	TRY(hybrid_project(be, b, &logit, xn, &w->sh_gate));
+	TRY(model_project(be, b, &logit, xn, &w->sh_gate, NULL));
 	TRY(kt_sigmoid_mul(be, &shared, &shared, &logit));
 	return kt_add(be, proj, &shared);
 }

@@ -36,13 +36,13 @@ int hybrid_linear_block(struct model *m, int l, const struct model_step *s,
 	const struct kt_tensor z_heads = kt_reshape(z, heads, g->v_dim);
 	const struct kt_tensor *state = &s->state[c->layers[l].cache];
 
-	TRY(hybrid_project(be, b, &qkv, xn, &w->w_qkv));
-	TRY(hybrid_project(be, b, &z, xn, &w->w_z));
-	TRY(hybrid_project(be, b, &ba, xn, &w->w_ba));
+	TRY(model_project(be, b, &qkv, xn, &w->w_qkv, NULL));
+	TRY(model_project(be, b, &z, xn, &w->w_z, NULL));
+	TRY(model_project(be, b, &ba, xn, &w->w_ba, NULL));
 	TRY(kt_conv1d(be, &conv, &qkv, &w->conv, state, &s->state_slot, b));
 	TRY(kt_delta_rule(be, &o, &conv, &ba, &w->a_log, &w->dt_bias, state,
 			  (int64_t)(g->conv_kernel - 1) * ch, &s->state_slot, b, g->k_heads,
 			  g->v_heads, g->k_dim, g->v_dim));
 	TRY(kt_rmsnorm_gated(be, &o_heads, &o_heads, &z_heads, &w->norm, c->rms_norm_eps));
-	return hybrid_project(be, b, proj, &o, &w->w_out);
+	return model_project(be, b, proj, &o, &w->w_out, NULL);
 }

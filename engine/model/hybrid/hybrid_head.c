@@ -48,7 +48,7 @@ static int bind_head(struct model *m, struct hybrid_model *hm, char *err, size_t
 	const struct model_config *c = &m->cfg;
 	const struct model_arch *row = model_arch_find(c->architecture, NULL);
 	const int64_t e = c->hidden_size;
-	struct hybrid_head *h = hm->head;
+	struct model_head_input *h = hm->head;
 	const char *embed = m->st && !st_find(m->st, "model.embed_tokens.weight") &&
 				    st_find(m->st, "model.language_model.embed_tokens.weight")
 			    ? "model.language_model.embed_tokens.weight"
@@ -74,27 +74,6 @@ static int bind_head(struct model *m, struct hybrid_model *hm, char *err, size_t
 	return 0;
 }
 
-static int alloc_head(struct model *m, struct hybrid_head *h, char *err, size_t errlen)
-{
-	const int64_t rows = 2 * (int64_t)m->max_tokens, e = m->cfg.hidden_size;
-	int rc;
-	if ((rc = kt_alloc(m->be, KT_F32, rows, e, &h->halves)) ||
-	    (rc = kt_alloc(m->be, KT_F32, rows, e, &h->pairs)) ||
-	    (rc = kt_alloc(m->be, KT_I32, rows, 1, &h->order)))
-		return atlas_errf(err, errlen, rc, "MTP head scratch [%lld, %lld]: backend "
-				  "allocation failed", (long long)rows, (long long)e);
-	int32_t *order = malloc((size_t)rows * sizeof *order);
-	if (!order)
-		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
-	for (int t = 0; t < m->max_tokens; t++) {
-		order[2 * t] = t;
-		order[2 * t + 1] = m->max_tokens + t;
-	}
-	rc = kt_upload(m->be, &h->order, 0, order, (size_t)rows * sizeof *order);
-	free(order);
-	return rc ? atlas_errf(err, errlen, rc, "MTP head: upload failed") : 0;
-}
-
 int hybrid_head_load(struct model *m, char *err, size_t errlen)
 {
 	struct hybrid_model *hm = calloc(1, sizeof *hm);
@@ -108,19 +87,15 @@ int hybrid_head_load(struct model *m, char *err, size_t errlen)
 	TRY(hybrid_alloc_scratch(m, hm, err, errlen));
 	if (m->cfg.n_moe_layers)
 		TRY(moe_alloc_scratch(m, &hm->moe, err, errlen));
-	return alloc_head(m, hm->head, err, errlen);
+	return model_head_input_alloc(m, hm->head, err, errlen);
 }
 
 void hybrid_head_free(struct model *m, struct hybrid_model *hm)
 {
-	struct hybrid_head *h = hm->head;
-	if (!h)
+	if (!hm->head)
 		return;
-	struct kt_tensor *all[] = { &h->halves, &h->pairs, &h->order };
-	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
-		if (all[i]->data)
-			kt_free(m->be, all[i]);
-	free(h);
+	model_head_input_free(m, hm->head);
+	free(hm->head);
 	hm->head = NULL;
 }
 
@@ -128,7 +103,7 @@ int hybrid_head_forward(struct model *m, const struct model_step *s)
 {
 	const struct model_config *c = &m->cfg;
 	struct hybrid_model *hm = m->family_data;
-	const struct hybrid_head *hd = hm->head;
+	const struct model_head_input *hd = hm->head;
 	struct kt_backend *be = m->be;
 	const struct kt_batch *b = &s->batch;
 	const int T = b->n_tokens, M = m->max_tokens, E = c->hidden_size;
@@ -142,20 +117,11 @@ int hybrid_head_forward(struct model *m, const struct model_step *s)
 
 	const struct kt_tensor x = kt_rows(hm->s.x, 0, T), xn = kt_rows(hm->s.xn, 0, T);
 	const struct kt_tensor proj = kt_rows(hm->s.proj, 0, T);
-	const struct kt_tensor emb = kt_rows(hd->halves, 0, T), hid = kt_rows(hd->halves, M, T);
-	const struct kt_tensor in = kt_rows(s->hidden, 0, T);
-	const struct kt_tensor order = kt_rows(hd->order, 0, 2 * (int64_t)T);
-	const struct kt_tensor pairs = kt_rows(hd->pairs, 0, 2 * (int64_t)T);
-	const struct kt_tensor joined = kt_reshape(pairs, T, 2 * (int64_t)E);
 	const struct kt_tensor h_out = s->hidden_out.data ? kt_rows(s->hidden_out, 0, n_out)
 							  : kt_rows(hm->s.out_h, 0, n_out);
 	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
 
-	TRY(kt_embed(be, &x, &hm->embed, &s->ids));
-	TRY(kt_rmsnorm(be, &emb, &x, NULL, &hd->norm_e, eps));
-	TRY(kt_rmsnorm(be, &hid, &in, NULL, &hd->norm_h, eps));
-	TRY(kt_gather_rows(be, &pairs, &hd->halves, &order));
-	TRY(hybrid_project(be, b, &x, &joined, &hd->fc));
+	TRY(model_head_input_run(m, hd, &hm->embed, s, &x));
 	for (int l = 0; l < c->n_layers; l++) {
 		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &hm->layers[l].attn_norm, eps));
 		TRY(hybrid_attention_block(m, l, s, &xn, &proj));

@@ -9,37 +9,26 @@
 #include "engine/model/moe/moe.h"
 
 #include "common/err.h"
+#include "engine/model/blocks.h"
 
 #define TRY(op) do { int rc_ = (op); if (rc_) return rc_; } while (0)
-
-static int alloc(struct kt_backend *be, enum kt_dtype dt, int64_t rows, int64_t cols,
-		 struct kt_tensor *t, const char *what, char *err, size_t errlen)
-{
-	int rc = kt_alloc(be, dt, rows, cols, t);
-	if (rc)
-		return atlas_errf(err, errlen, rc,
-				  "moe scratch %s [%lld, %lld]: backend allocation failed", what,
-				  (long long)rows, (long long)cols);
-	return 0;
-}
 
 int moe_alloc_scratch(struct model *m, struct moe_scratch *s, char *err, size_t errlen)
 {
 	const struct model_config *c = &m->cfg;
-	struct kt_backend *be = m->be;
 	const int64_t M = m->max_tokens, E = c->n_experts, k = c->n_experts_per_tok;
 	const int64_t I = c->moe_intermediate_size, H = c->hidden_size;
 	int rc;
 
-	if ((rc = alloc(be, KT_F32, M, E, &s->logits, "logits", err, errlen)) ||
-	    (rc = alloc(be, KT_I32, M, k, &s->ids, "ids", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M, k, &s->w, "w", err, errlen)) ||
-	    (rc = alloc(be, KT_I32, M * k, 1, &s->order, "order", err, errlen)) ||
-	    (rc = alloc(be, KT_I32, M * k, 1, &s->slot, "slot", err, errlen)) ||
-	    (rc = alloc(be, KT_I32, E + 1, 1, &s->offsets, "offsets", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M * k, 2 * I, &s->gate_up, "gate_up", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M * k, I, &s->act, "act", err, errlen)) ||
-	    (rc = alloc(be, KT_F32, M * k, H, &s->y, "y", err, errlen)))
+	if ((rc = model_alloc(m, KT_F32, M, E, &s->logits, "logits", err, errlen)) ||
+	    (rc = model_alloc(m, KT_I32, M, k, &s->ids, "ids", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, M, k, &s->w, "w", err, errlen)) ||
+	    (rc = model_alloc(m, KT_I32, M * k, 1, &s->order, "order", err, errlen)) ||
+	    (rc = model_alloc(m, KT_I32, M * k, 1, &s->slot, "slot", err, errlen)) ||
+	    (rc = model_alloc(m, KT_I32, E + 1, 1, &s->offsets, "offsets", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, M * k, 2 * I, &s->gate_up, "gate_up", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, M * k, I, &s->act, "act", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, M * k, H, &s->y, "y", err, errlen)))
 		return rc;
 	return 0;
 }
