@@ -66,9 +66,10 @@ int persist_load(struct atlas_engine *e, char *err, size_t errlen)
 	if (!c->kv_persist)
 		return 0;
 	if (e->x->mc->n_linear_layers)
-		return atlas_errf(err, errlen, -ENOTSUP,
-				  "kv_persist: %s has linear-attention layers, whose recurrent "
-				  "state the kept sessions do not hold yet", e->x->mc->architecture);
+		log_info("kv_persist: %s has linear-attention layers, whose recurrent state the "
+			 "block file does not hold: kept sessions come back with their history "
+			 "and settings, and their next turn recomputes the context",
+			 e->x->mc->architecture);
 	struct persist_identity id;
 	int rc = persist_identity(c->model, e->x->be->info.name, e->vocab, &id, err, errlen);
 	if (rc)
@@ -227,11 +228,12 @@ int persist_restore(struct atlas_engine *e)
 
 /* ---- stop ---- */
 
-/* KV worth keeping: written positions, attention only (a recurrent state
- * has no place in the block file yet). */
+/* KV worth keeping: written positions, of models with attention layers
+ * only (a recurrent state has no place in the block file: without it the
+ * attention layers' KV alone cannot resume a session). */
 static int kv_to_keep(const struct atlas_engine *e, const struct atlas_session *s)
 {
-	return s->req.seq.state_slot < 0 && !s->req.forgotten ? s->req.seq.n_tokens : 0;
+	return !e->x->mc->n_linear_layers && !s->req.forgotten ? s->req.seq.n_tokens : 0;
 }
 
 /* Start the moves that are left; whether any is on its way. */

@@ -8,7 +8,6 @@
  *  - speculative decoding (prompt lookup, and the MTP head) gives the
  *    tokens of plain decoding while drafts are rejected: the state goes
  *    back to its snapshot and the kept rows are fed again;
- *  - kv_persist, which does not keep recurrent states, is refused.
  *
  * test_engine runs the other invariants (chunk sizes, preemption, a second
  * turn on the state the first left) on the hybrid test models.
@@ -166,25 +165,6 @@ static void test_mtp_rolls_back(void **state)
 	check_spec(ATLAS_SPEC_MTP, "MTP head", true);
 }
 
-/* Kept sessions (kv_persist) hold no recurrent state yet: refused with the
- * reason, not run wrong. */
-static void test_kv_persist_refused(void **state)
-{
-	struct atlas_config c;
-	struct atlas_engine *e = NULL;
-	char err[ATLAS_ERRLEN], dir[] = "/tmp/atlas-hybrid-XXXXXX";
-	(void)state;
-	assert_non_null(mkdtemp(dir));
-	et_config(&c, model);
-	snprintf(c.load_format, sizeof c.load_format, "dummy");
-	snprintf(c.kv_dir, sizeof c.kv_dir, "%s", dir);
-	c.kv_persist = true;
-	c.kv_disk_memory = 1u << 20;
-	assert_int_equal(atlas_engine_open(&c, &e, err, sizeof err), -ENOTSUP);
-	assert_non_null(strstr(err, "linear-attention"));
-	rmdir(dir);
-}
-
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -194,7 +174,6 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_batched_equals_alone),
 		cmocka_unit_test(test_prompt_lookup_rolls_back),
 		cmocka_unit_test(test_mtp_rolls_back),
-		cmocka_unit_test(test_kv_persist_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,9 @@
  * The model's steps are run here as the engine would run them, on the cpu
  * backend, where a row's result does not depend on the rows beside it.
  *
- * Usage: test_mtp MODEL_DIR   (exit 77 when the directory is missing)
+ * Usage: test_mtp MODEL_DIR [REF_DIR]   (exit 77 when the directory is
+ * missing). REF_DIR holds mtp.json and the logits files it names (default
+ * MODEL_DIR/ref; the shipped model's are in tests/default_model/golden).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -33,6 +35,7 @@
 #include "engine_testutil.h"
 
 static const char *model_dir;
+static char ref_dir[ATLAS_PATH_MAX];
 
 #define CONTEXT 512
 #define ROWS 520                    /* the model's step rows */
@@ -167,9 +170,9 @@ struct ref_seq {
 
 static int load_ref(struct ref_seq *out, int cap, int *vocab)
 {
-	char path[ATLAS_PATH_MAX];
+	char path[2 * ATLAS_PATH_MAX];
 	json_error_t je;
-	snprintf(path, sizeof path, "%s/ref/mtp.json", model_dir);
+	snprintf(path, sizeof path, "%s/mtp.json", ref_dir);
 	json_t *root = json_load_file(path, 0, &je);
 	if (!root)
 		fail_msg("%s: %s", path, je.text);
@@ -186,7 +189,7 @@ static int load_ref(struct ref_seq *out, int cap, int *vocab)
 			r->ids[j] = (int32_t)json_integer_value(v);
 		json_array_foreach(json_object_get(s, "drafts"), j, v)
 			r->drafts[j] = (int32_t)json_integer_value(v);
-		snprintf(path, sizeof path, "%s/ref/%s", model_dir,
+		snprintf(path, sizeof path, "%s/%s", ref_dir,
 			 json_string_value(json_object_get(s, "logits")));
 		const size_t count = (size_t)(r->n - 1) * (size_t)*vocab;
 		r->logits = malloc(count * sizeof(float));
@@ -353,6 +356,10 @@ int main(int argc, char **argv)
 	int rc = et_model_arg(argc, argv, &model_dir);
 	if (rc)
 		return rc;
+	if (argc > 2)
+		snprintf(ref_dir, sizeof ref_dir, "%s", argv[2]);
+	else
+		snprintf(ref_dir, sizeof ref_dir, "%s/ref", model_dir);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_head_logits),
 		cmocka_unit_test(test_drafts),

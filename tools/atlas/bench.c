@@ -61,8 +61,9 @@ static const char usage[] =
 	"  --verify-batch B,...\n"
 	"  --verify-context N\n"
 	"  --spec-prompt FILE  answer the text in FILE greedily (--gen-tokens tokens) with\n"
-	"                      speculation off, then on (spec auto): tokens per second,\n"
-	"                      acceptance; repeatable; runs only these rows\n"
+	"                      speculation off, then on (spec auto, or --spec): tokens\n"
+	"                      per second, acceptance, acceptance by draft position;\n"
+	"                      repeatable; runs only these rows\n"
 	"  --spec MODE         speculative decoding of the prefill and decode rows'\n"
 	"                      sessions: off (default), auto, ngram or draft\n"
 	"  --csv               print CSV instead of a table\n"
@@ -523,7 +524,9 @@ static int run(struct bench *b)
 		return status;
 	for (int i = 0; !status && i < b->n_spec_prompts; i++)
 		status = bench_spec_prompt(b->cmd, b->e, &b->waiter, b->spec_prompts[i],
-					   b->gen_tokens, i == 0, b->table, b->csv_file);
+					   b->gen_tokens,
+					   b->spec == ATLAS_SPEC_OFF ? ATLAS_SPEC_AUTO : b->spec,
+					   i == 0, b->table, b->csv_file);
 	if (b->n_spec_prompts)
 		return status;
 	for (int i = 0; !status && i < b->n_prompts; i++)

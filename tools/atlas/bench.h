@@ -56,8 +56,10 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
  * (no engine may be open). */
 int bench_verify(const char *cmd, const struct atlas_config *cfg, int batch, int context,
 		 const int *ks, int n_ks, bool header, FILE *table, FILE *csv);
-/* The row of the prompt in file path, answered with speculation off and on. */
+/* The row of the prompt in file path, answered with speculation off and
+ * then with spec mode. */
 int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
-		      const char *path, int max_tokens, bool header, FILE *table, FILE *csv);
+		      const char *path, int max_tokens, enum atlas_spec mode, bool header,
+		      FILE *table, FILE *csv);
 
 #endif

@@ -14,9 +14,11 @@
  * (its catch-up feeds one row more per accepted draft: not counted).
  *
  * spec-prompt: a prompt from a file answered greedily by one session with
- * speculation off, then with spec auto (prompt lookup and the gate, as
- * shipped): decode tokens per second of each, whether the two texts are
- * the same, and how many drafts were accepted.
+ * speculation off, then on (spec auto, as shipped, or the mode of --spec):
+ * decode tokens per second of each, whether the two texts are the same, how
+ * many drafts were accepted, and the engine's acceptance by draft position
+ * so far (the share of the drafts at place j that were kept, of those
+ * checked).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -209,6 +211,7 @@ static char *read_text(const char *path, size_t *len)
 struct spec_run {
 	double tokens_per_s;
 	uint64_t drafted, accepted;
+	double by_position[ATLAS_SPEC_POSITIONS];  /* the engine's, after this run */
 	char *text;
 };
 
@@ -260,6 +263,7 @@ static int answer(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
 		out->tokens_per_s = ss.tokens_per_s;
 		out->drafted = st->spec.draft_tokens_total - drafted;
 		out->accepted = st->spec.accepted_tokens_total - accepted;
+		memcpy(out->by_position, st->spec.acceptance_by_position, sizeof out->by_position);
 	}
 	atlas_session_close(s);
 	free(st);
@@ -267,7 +271,8 @@ static int answer(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
 }
 
 int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
-		      const char *path, int max_tokens, bool header, FILE *table, FILE *csv)
+		      const char *path, int max_tokens, enum atlas_spec mode, bool header,
+		      FILE *table, FILE *csv)
 {
 	static int number;
 	size_t len;
@@ -277,7 +282,7 @@ int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter
 	struct spec_run off = { 0 }, on = { 0 };
 	int status = answer(cmd, e, w, ++number, prompt, len, max_tokens, ATLAS_SPEC_OFF, &off);
 	if (!status)
-		status = answer(cmd, e, w, ++number, prompt, len, max_tokens, ATLAS_SPEC_AUTO, &on);
+		status = answer(cmd, e, w, ++number, prompt, len, max_tokens, mode, &on);
 	if (!status) {
 		const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 		const bool same = !strcmp(off.text, on.text);
@@ -291,6 +296,12 @@ int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter
 			fprintf(table, "%-24.24s %7d %10.1f %10.1f %8.2f %9llu %8.0f%% %5s\n", base,
 				max_tokens, off.tokens_per_s, on.tokens_per_s, speedup,
 				(unsigned long long)on.drafted, 100 * acc, same ? "yes" : "NO");
+		if (table && on.drafted) {
+			fprintf(table, "%-24s acceptance by draft position:", "");
+			for (int j = 0; j < ATLAS_SPEC_POSITIONS && on.by_position[j] > 0; j++)
+				fprintf(table, " %d: %.0f%%", j + 1, 100 * on.by_position[j]);
+			fputc('\n', table);
+		}
 		if (csv && header)
 			fprintf(csv, "spec_prompt,tokens,off_tokens_per_s,on_tokens_per_s,speedup,"
 				     "drafted,acceptance,same\n");
