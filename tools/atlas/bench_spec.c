@@ -212,6 +212,7 @@ struct spec_run {
 	double tokens_per_s;
 	uint64_t drafted, accepted;
 	double by_position[ATLAS_SPEC_POSITIONS];  /* the engine's, after this run */
+	int spec_k;                                /* the session's most drafts a step */
 	char *text;
 };
 
@@ -264,6 +265,7 @@ static int answer(const char *cmd, struct atlas_engine *e, struct cli_waiter *w,
 		out->drafted = st->spec.draft_tokens_total - drafted;
 		out->accepted = st->spec.accepted_tokens_total - accepted;
 		memcpy(out->by_position, st->spec.acceptance_by_position, sizeof out->by_position);
+		out->spec_k = p.spec_k;
 	}
 	atlas_session_close(s);
 	free(st);
@@ -298,7 +300,7 @@ int bench_spec_prompt(const char *cmd, struct atlas_engine *e, struct cli_waiter
 				(unsigned long long)on.drafted, 100 * acc, same ? "yes" : "NO");
 		if (table && on.drafted) {
 			fprintf(table, "%-24s acceptance by draft position:", "");
-			for (int j = 0; j < ATLAS_SPEC_POSITIONS && on.by_position[j] > 0; j++)
+			for (int j = 0; j < on.spec_k && j < ATLAS_SPEC_POSITIONS; j++)
 				fprintf(table, " %d: %.0f%%", j + 1, 100 * on.by_position[j]);
 			fputc('\n', table);
 		}
