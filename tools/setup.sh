@@ -7,7 +7,7 @@
 #
 # Debian 12 packages are installed with apt-get when missing (as root, or
 # through sudo). The build goes to build/. The default model is the one the
-# repository ships, models/atlas-tiny (models/README.md).
+# repository ships, models/atlas-next (models/README.md).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -41,8 +41,8 @@ fi
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 
-if [ ! -f models/atlas-tiny/config.json ]; then
-	echo "setup: models/atlas-tiny is missing: the checkout is incomplete" >&2
+if [ ! -f models/atlas-next/config.json ]; then
+	echo "setup: models/atlas-next is missing: the checkout is incomplete" >&2
 	exit 1
 fi
 

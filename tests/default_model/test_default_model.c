@@ -1,4 +1,4 @@
-/* The shipped default model (models/atlas-tiny) against Hugging Face
+/* The shipped default model (models/atlas-next) against Hugging Face
  * transformers, through the atlas command-line tool on the cpu backend.
  *
  * tests/default_model/golden/ holds what transformers computed with the
@@ -322,7 +322,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	atlas = argv[1];
-	snprintf(model, sizeof model, "%s/models/atlas-tiny", src);
+	snprintf(model, sizeof model, "%s/models/atlas-next", src);
 	snprintf(cfg, sizeof cfg, "%s/config.json", model);
 	if (access(cfg, R_OK) != 0) {
 		printf("%s: no model: skipped\n", model);

@@ -6,8 +6,9 @@ goldens of the agreement test (tests/default_model/).
         --goldens tests/default_model/golden
 
 1. transformers loads the directory (AutoModelForCausalLM, float32 upcast,
-   eager attention) and its logits equal those of qwen3.Qwen3 loaded from the
-   same files (this proves the export: names, layout, config);
+   eager attention, its own torch Gated DeltaNet) and its logits equal those
+   of qwen3.Qwen3 or qwen3_next.Qwen3Next loaded from the same files (this
+   proves the export: names, layout, config);
 2. AutoTokenizer loads tokenizer.json and tokenizer_config.json, encodes as
    the `tokenizers` file does, and its chat template renders tok.chat_turn();
 3. for each prompt of PROMPTS, GOLDENS/golden.json gets the token ids, the
@@ -16,20 +17,33 @@ goldens of the agreement test (tests/default_model/).
    logit gap of every step, the bf16 model's continuation, and the largest
    difference between bf16 and upcast logits; GOLDENS/logits_<i>.f32 gets
    the upcast logits of the last LAST positions (float32 little-endian,
-   [LAST x vocab]).
+   [LAST x vocab]);
+4. a model with an MTP head (which transformers does not run) also gets
+   GOLDENS/mtp.json and mtp_logits_<i>.f32, what tests/engine/test_mtp.c
+   reads: for each of MTP_PROMPTS, the head's logits of every pair (the
+   model's output row p after model.norm, token p + 1) computed by
+   qwen3_next.py in float32 on the bf16 weights, and the head's 4 greedy
+   drafts chained from the end with their top-2 gaps.
 
 Runs on the CPU, one thread, deterministic. Needs torch, transformers,
 safetensors.
 """
-import argparse
-import json
-import os
 import sys
 
-import torch
+# transformers binds its Gated DeltaNet to the fla kernels where they import;
+# a None entry makes the import fail, so that its torch code runs.
+for _package in ("fla", "causal_conv1d"):
+    sys.modules.setdefault(_package, None)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qwen3  # noqa: E402
+import qwen3_next  # noqa: E402
 import tok as tokmod  # noqa: E402
 
 PROMPTS = [
@@ -40,12 +54,22 @@ PROMPTS = [
 ]
 NEW_TOKENS = 24
 LAST = 6
+MTP_PROMPTS = ["The quick brown fox", "Question: What is the code for lamp?"]
+MTP_DRAFTS = 4
 
 
 def load_ours(path):
     from safetensors.torch import load_file
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
+    state = {}
+    for fn in sorted(os.listdir(path)):
+        if fn.endswith(".safetensors"):
+            state.update(load_file(os.path.join(path, fn)))
+    if c["model_type"] == "qwen3_next":
+        model = qwen3_next.Qwen3Next(qwen3_next.Config.from_hf(c))
+        model.load_state_dict_hf(state)
+        return model.eval()
     cfg = qwen3.Config(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
                        intermediate_size=c["intermediate_size"],
                        num_hidden_layers=c["num_hidden_layers"],
@@ -55,10 +79,6 @@ def load_ours(path):
                        rope_theta=c["rope_parameters"]["rope_theta"],
                        rms_norm_eps=c["rms_norm_eps"])
     model = qwen3.Qwen3(cfg)
-    state = {}
-    for fn in sorted(os.listdir(path)):
-        if fn.endswith(".safetensors"):
-            state.update(load_file(os.path.join(path, fn)))
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.eval()
 
@@ -76,6 +96,34 @@ def greedy(model, ids, eos):
                              return_dict_in_generate=True, pad_token_id=0, eos_token_id=eos)
     tokens = out.sequences[0, len(ids):].tolist()
     return tokens, [top2_gap(s[0]) for s in out.logits[:len(tokens)]]
+
+
+def mtp_goldens(ours, at, out, vocab):
+    """GOLDENS/mtp.json and mtp_logits_<i>.f32 (see the header)."""
+    ref = {"name": "default model", "vocab_size": vocab, "sequences": []}
+    for i, text in enumerate(MTP_PROMPTS):
+        ids = at(text).input_ids
+        t = torch.tensor([ids])
+        with torch.no_grad():
+            h, _ = ours.body(t)
+            hm, _ = ours.mtp_hidden(h[:, :-1], t[:, 1:])
+            logits = ours.logits(hm)[0]
+            fn = f"mtp_logits_{i}.f32"
+            logits.contiguous().numpy().astype("<f4").tofile(os.path.join(out, fn))
+            hs, nxt, drafts, gaps = h[0, :-1], t[0, 1:], [], []
+            for _ in range(MTP_DRAFTS):
+                o, _ = ours.mtp_hidden(hs[None], nxt[None])
+                lg = ours.logits(o[0, -1])
+                drafts.append(int(lg.argmax()))
+                gaps.append(top2_gap(lg))
+                hs = torch.cat([hs, o[0, -1:]])
+                nxt = torch.cat([nxt, torch.tensor([drafts[-1]])])
+        ref["sequences"].append({"text": text, "ids": ids, "logits": fn, "drafts": drafts,
+                                 "gaps": gaps})
+        print(f"mtp {i}: {text!r} drafts {drafts} (gaps {min(gaps):.3g} and more)")
+    with open(os.path.join(out, "mtp.json"), "w") as f:
+        json.dump(ref, f, indent=1, ensure_ascii=False)
+        f.write("\n")
 
 
 def main():
@@ -102,7 +150,7 @@ def main():
             a = hf(input_ids=ids).logits[0]
             b = ours(ids)[0]
         worst = max(worst, float((a - b).abs().max()))
-    print(f"export: max |transformers - qwen3.py| = {worst:.3g}")
+    print(f"export: max |transformers - {type(ours).__name__}| = {worst:.3g}")
     assert worst < 1e-3, "the export does not compute what the trained model computes"
 
     at = AutoTokenizer.from_pretrained(args.model)
@@ -142,6 +190,8 @@ def main():
         json.dump(ref, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(f"goldens in {args.goldens}; bf16 vs float32 max-abs {lowp:.4g}")
+    if hasattr(ours, "mtp"):
+        mtp_goldens(ours, at, args.goldens, hf.config.vocab_size)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Key-value recall of a model: the needle (one of 4 facts "The code for
-<word> is <number>.") at the start, middle or end of held-out text of 1K, 4K
-and 8K tokens, then "Question: What is the code for <word>?\\nAnswer: The code
+<word> is <number>.") at the start, middle or end of held-out text of 1K, 4K,
+8K, 16K and 32K tokens (--lengths), then "Question: What is the code for <word>?\\nAnswer: The code
 for <word> is"; a trial passes when the greedy continuation's first number is
 the needle's.
 
@@ -10,7 +10,7 @@ the needle's.
         --trials 20 --out prompts.jsonl.xz
     # through atlas itself (standard library only)
     python3 tools/train/eval_recall.py atlas --atlas build/tools/atlas --model DIR \\
-        --prompts prompts.jsonl.xz --out recall.json
+        --prompts prompts.jsonl.xz --out recall.json [-o backend=cuda ...]
     # through the PyTorch model, as a quick check on the GPU machine
     python3 tools/train/eval_recall.py torch --model DIR --prompts prompts.jsonl.xz
 
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-LENGTHS = (1024, 4096, 8192)
+LENGTHS = (1024, 4096, 8192, 16384, 32768)
 DEPTHS = {"start": 0.0, "middle": 0.5, "end": 1.0}
 
 
@@ -43,7 +43,7 @@ def make(args):
     stream = np.concatenate([np.array(e.ids + [eot], dtype=np.uint16)
                              for e in tk.encode_batch(docs)])
     with lzma.open(args.out, "wt") as f:
-        for n in LENGTHS:
+        for n in args.lengths:
             for depth, d in DEPTHS.items():
                 for trial in range(args.trials):
                     seed = n * 1000 + int(d * 10) * 100 + trial
@@ -66,7 +66,7 @@ def first_number(text):
 def table(results):
     lines = ["| context | " + " | ".join(DEPTHS) + " | all |",
              "|---|" + "---|" * (len(DEPTHS) + 1)]
-    for n in LENGTHS:
+    for n in sorted({r["length"] for r in results}):
         cells, tot, ok = [], 0, 0
         for depth in DEPTHS:
             rs = [r for r in results if r["length"] == n and r["depth"] == depth]
@@ -78,13 +78,15 @@ def table(results):
 
 
 def run_atlas(args):
-    prompts = load_prompts(args.prompts)
+    prompts = [p for p in load_prompts(args.prompts)
+               if not args.max_length or p["length"] <= args.max_length]
     results = []
+    opts = [x for o in args.o for x in ("-o", o)]
     for p in prompts:
         t0 = time.time()
         r = subprocess.run([args.atlas, "generate", "--model", args.model, "--mode", "raw",
                             "--temperature", "0", "--max-tokens", "8",
-                            "-o", f"threads={args.threads}", "-o", "log_level=warn"],
+                            "-o", f"threads={args.threads}", "-o", "log_level=warn"] + opts,
                            input=p["prompt"].encode(), capture_output=True, timeout=600)
         out = r.stdout.decode("utf-8", "replace")
         if r.returncode != 0:
@@ -93,7 +95,8 @@ def run_atlas(args):
                        {"output": out, "correct": first_number(out) == p["value"],
                         "seconds": round(time.time() - t0, 2)})
         print(json.dumps(results[-1]), flush=True)
-    finish(args, results, "atlas (cpu backend, greedy, raw mode)")
+    backend = next((o.split("=", 1)[1] for o in args.o if o.startswith("backend=")), "cpu")
+    finish(args, results, f"atlas ({backend} backend, greedy, raw mode)")
 
 
 def run_torch(args):
@@ -106,6 +109,8 @@ def run_torch(args):
     model = check_hf.load_ours(args.model).to(dev)
     results = []
     for p in load_prompts(args.prompts):
+        if args.max_length and p["length"] > args.max_length:
+            continue
         ids = torch.tensor([tk.encode(p["prompt"]).ids], device=dev)
         with torch.no_grad():
             for _ in range(8):
@@ -114,7 +119,7 @@ def run_torch(args):
         out = tk.decode(ids[0, -8:].tolist())
         results.append({k: p[k] for k in ("length", "depth", "trial", "tokens", "value")} |
                        {"output": out, "correct": first_number(out) == p["value"]})
-    finish(args, results, "PyTorch (qwen3.py, float32)")
+    finish(args, results, "PyTorch (tools/train model, float32)")
 
 
 def finish(args, results, how):
@@ -133,16 +138,22 @@ def main():
     m.add_argument("--data", required=True)
     m.add_argument("--trials", type=int, default=20)
     m.add_argument("--out", required=True)
+    m.add_argument("--lengths", type=lambda v: [int(x) for x in v.split(",")],
+                   default=list(LENGTHS))
     a = sub.add_parser("atlas")
     a.add_argument("--atlas", required=True)
     a.add_argument("--model", required=True)
     a.add_argument("--prompts", required=True)
     a.add_argument("--threads", type=int, default=2)
+    a.add_argument("-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config key for atlas (repeatable)")
+    a.add_argument("--max-length", type=int, default=0, help="skip longer prompts")
     a.add_argument("--out")
     t = sub.add_parser("torch")
     t.add_argument("--model", required=True)
     t.add_argument("--prompts", required=True)
     t.add_argument("--out")
+    t.add_argument("--max-length", type=int, default=0, help="skip longer prompts")
     args = ap.parse_args()
     {"make": make, "atlas": run_atlas, "torch": run_torch}[args.cmd](args)
 

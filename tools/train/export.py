@@ -1,4 +1,4 @@
-"""Write a qwen3.Qwen3 as a Hugging Face model directory: config.json in the
+"""Write a qwen3.Qwen3 or a qwen3_next.Qwen3Next as a Hugging Face model directory: config.json in the
 spelling transformers 5.x writes, generation_config.json, and the weights as
 safetensors (written here: an 8-byte little-endian header size, a JSON header
 of names, dtypes, shapes and byte ranges, then the raw little-endian data),
@@ -74,6 +74,56 @@ def hf_config(cfg, dtype, bos, eos, pad):
     }
 
 
+def hf_config_next(cfg, dtype, bos, eos, pad):
+    """config.json of a qwen3_next.Qwen3Next, as transformers 5.x writes a
+    Qwen3NextConfig, plus mtp_num_hidden_layers (read by atlas)."""
+    rope = {"partial_rotary_factor": cfg.partial_rotary_factor, "rope_theta": cfg.rope_theta,
+            "rope_type": "default"}
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bos,
+        "decoder_sparse_step": 1,
+        "dtype": CONFIG_DTYPES[dtype],
+        "eos_token_id": eos,
+        "full_attention_interval": cfg.full_attention_interval,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": cfg.shared_expert_intermediate_size,
+        "layer_types": cfg.layer_types(),
+        "linear_conv_kernel_dim": cfg.linear_conv_kernel_dim,
+        "linear_key_head_dim": cfg.linear_key_head_dim,
+        "linear_num_key_heads": cfg.linear_num_key_heads,
+        "linear_num_value_heads": cfg.linear_num_value_heads,
+        "linear_value_head_dim": cfg.linear_value_head_dim,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "mlp_only_layers": [],
+        "model_type": "qwen3_next",
+        "moe_intermediate_size": cfg.moe_intermediate_size,
+        "mtp_num_hidden_layers": cfg.mtp_num_hidden_layers,
+        "norm_topk_prob": True,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_experts": cfg.num_experts,
+        "num_experts_per_tok": cfg.num_experts_per_tok,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "output_router_logits": False,
+        "pad_token_id": pad,
+        "partial_rotary_factor": cfg.partial_rotary_factor,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_parameters": rope,
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": cfg.shared_expert_intermediate_size,
+        "tie_word_embeddings": True,
+        "transformers_version": "5.17.0",
+        "use_cache": True,
+        "vocab_size": cfg.vocab_size,
+    }
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
@@ -81,12 +131,14 @@ def write_json(path, obj):
 
 
 def export(model, out, dtype=torch.bfloat16, shard_bytes=32 << 20, bos=0, eos=(0, 2), pad=0):
-    """Write model (a qwen3.Qwen3) to the folder out. Returns the weight files."""
+    """Write model (a qwen3.Qwen3 or qwen3_next.Qwen3Next) to the folder
+    out. Returns the weight files."""
     os.makedirs(out, exist_ok=True)
     for f in os.listdir(out):
         if f.startswith("model") and f.endswith((".safetensors", ".safetensors.index.json")):
             os.remove(os.path.join(out, f))
-    state = {k: v for k, v in model.state_dict().items()}
+    next_arch = hasattr(model, "state_dict_hf")
+    state = model.state_dict_hf() if next_arch else dict(model.state_dict())
     elem = torch.tensor([], dtype=dtype).element_size()
     shards, cur, size = [], {}, 0
     for name, t in state.items():
@@ -111,7 +163,8 @@ def export(model, out, dtype=torch.bfloat16, shard_bytes=32 << 20, bos=0, eos=(0
         total = sum(t.numel() for t in state.values()) * elem
         write_json(os.path.join(out, "model.safetensors.index.json"),
                    {"metadata": {"total_size": total}, "weight_map": weight_map})
-    write_json(os.path.join(out, "config.json"), hf_config(model.cfg, dtype, bos, list(eos), pad))
+    make_config = hf_config_next if next_arch else hf_config
+    write_json(os.path.join(out, "config.json"), make_config(model.cfg, dtype, bos, list(eos), pad))
     write_json(os.path.join(out, "generation_config.json"),
                {"bos_token_id": bos, "eos_token_id": list(eos), "pad_token_id": pad,
                 "transformers_version": "5.17.0"})

@@ -1,0 +1,56 @@
+#!/bin/sh
+# On the GPU machine: train the default model (models/atlas-next), check it
+# and evaluate it, in one call of under ten minutes. Through the device
+# tool, from the repository root, with `.train-data` (make_data.py's output)
+# carried and models/atlas-next/tokenizer.json in the tree:
+#
+#   run: sh tools/train/gpu-train.sh smoke   two eager steps at 8,192-token
+#                                            rows (memory, the losses run)
+#   run: sh tools/train/gpu-train.sh all     trains BUDGET_S seconds (430),
+#                                            exports, builds the recall
+#                                            prompts, checks with
+#                                            transformers and writes the
+#                                            goldens
+#   run: sh tools/train/gpu-train.sh check   the check and the goldens
+#                                            alone, of models/atlas-next
+#
+# Logs go to $OUT with what is kept: model.tar.part-* (the model and
+# train-log.json in parts of at most 15 MiB, what the device tool brings
+# back; `cat model.tar.part-* | tar x`), written as soon as the training
+# ends, prompts.jsonl.xz and golden.tar.
+set -eu
+phase=${1:?usage: gpu-train.sh smoke|all|check}
+work=${WORK:-/tmp/atlas-train}
+out=${OUT:-/tmp/gpu-train-out}
+budget_s=${BUDGET_S:-430}
+mkdir -p "$work/atlas-next" "$out"
+[ -f "$work/atlas-next/tokenizer.json" ] || cp models/atlas-next/tokenizer.json "$work/atlas-next/"
+export PYTHONUNBUFFERED=1
+case $phase in
+smoke)
+	python3 tools/train/train.py --data .train-data --work "$work/smoke" \
+		--model-out "$work/smoke/model" --arch next --short-len 8192 --long-len 8192 \
+		--max-steps 2 --val-rows 2 --workers 2 2>&1 | tee "$out/smoke.log"
+	;;
+all)
+	python3 tools/train/train.py --data .train-data --work "$work" \
+		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac 0.25 \
+		--compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
+		{ tail -n 40 "$out/train.log"; exit 1; }
+	tail -n 3 "$out/train.log"
+	tar cf - -C "$work" atlas-next train-log.json | split -b 15m - "$out/model.tar.part-"
+	python3 tools/train/eval_recall.py make --model "$work/atlas-next" --data .train-data \
+		--trials 20 --out "$out/prompts.jsonl.xz"
+	python3 tools/train/check_hf.py --model "$work/atlas-next" --goldens "$work/golden" \
+		2>&1 | tee "$out/check_hf.log"
+	tar cf "$out/golden.tar" -C "$work" golden
+	;;
+check)
+	python3 tools/train/check_hf.py --model models/atlas-next --goldens "$out/golden" \
+		2>&1 | tee "$out/check_hf.log"
+	;;
+*)
+	echo "gpu-train.sh: unknown phase $phase" >&2
+	exit 2
+	;;
+esac
