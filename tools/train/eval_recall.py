@@ -79,7 +79,9 @@ def table(results):
 
 def run_atlas(args):
     prompts = [p for p in load_prompts(args.prompts)
-               if not args.max_length or p["length"] <= args.max_length]
+               if (not args.max_length or p["length"] <= args.max_length)
+               and (not args.min_length or p["length"] >= args.min_length)
+               and p["trial"] < args.trials]
     results = []
     opts = [x for o in args.o for x in ("-o", o)]
     for p in prompts:
@@ -148,6 +150,9 @@ def main():
     a.add_argument("-o", action="append", default=[], metavar="KEY=VALUE",
                    help="a config key for atlas (repeatable)")
     a.add_argument("--max-length", type=int, default=0, help="skip longer prompts")
+    a.add_argument("--min-length", type=int, default=0, help="skip shorter prompts")
+    a.add_argument("--trials", type=int, default=1000,
+                   help="run the first N trials of each length and depth")
     a.add_argument("--out")
     t = sub.add_parser("torch")
     t.add_argument("--model", required=True)

@@ -6,7 +6,10 @@
 #
 #   run: sh tools/train/gpu-train.sh smoke   two eager steps at 8,192-token
 #                                            rows (memory, the losses run)
-#   run: sh tools/train/gpu-train.sh all     trains BUDGET_S seconds (430),
+#   run: sh tools/train/gpu-train.sh all     trains BUDGET_S seconds (430;
+#                                            LONG_FRAC 0.25 of them on 8K
+#                                            rows; COMPILE=0: no
+#                                            torch.compile),
 #                                            exports, builds the recall
 #                                            prompts, checks with
 #                                            transformers and writes the
@@ -23,6 +26,9 @@ phase=${1:?usage: gpu-train.sh smoke|all|check}
 work=${WORK:-/tmp/atlas-train}
 out=${OUT:-/tmp/gpu-train-out}
 budget_s=${BUDGET_S:-430}
+long_frac=${LONG_FRAC:-0.25}
+compile=--compile
+[ "${COMPILE:-1}" = 0 ] && compile=
 mkdir -p "$work/atlas-next" "$out"
 [ -f "$work/atlas-next/tokenizer.json" ] || cp models/atlas-next/tokenizer.json "$work/atlas-next/"
 export PYTHONUNBUFFERED=1
@@ -34,8 +40,8 @@ smoke)
 	;;
 all)
 	python3 tools/train/train.py --data .train-data --work "$work" \
-		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac 0.25 \
-		--compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
+		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac "$long_frac" \
+		$compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
 		{ tail -n 40 "$out/train.log"; exit 1; }
 	tail -n 3 "$out/train.log"
 	tar cf - -C "$work" atlas-next train-log.json | split -b 15m - "$out/model.tar.part-"

@@ -33,9 +33,9 @@ What transformers computes, and atlas after it:
     tied lm_head; it guesses id[p+2].
 
 The MoE runs every expert on every row and weights the outputs (zero for
-the experts not chosen): with few small experts that is simpler and, under
-torch.compile, as fast as gathering rows. Runs on torch 1.13 (CPU, for
-tests) and 2.x.
+the experts not chosen): with 8 small experts that is simple and keeps the
+shapes static for torch.compile, at 4x the experts' arithmetic. Runs on
+torch 1.13 (CPU, for tests) and 2.x.
 """
 import dataclasses
 import math
@@ -201,8 +201,9 @@ def delta_rule_recurrent(q, k, v, g, beta):
 def delta_rule_chunked(q, k, v, g, beta):
     """The same in chunks of CHUNK rows: within a chunk the rows' updates
     are solved at once (a unit lower-triangular system), and the state at
-    each chunk's start comes from a scan over the chunks. Arguments as delta_rule_recurrent; T is padded to a
-    multiple of CHUNK with rows that change nothing (k = 0, g = 0)."""
+    each chunk's start comes from a scan over the chunks. Arguments as
+    delta_rule_recurrent; T is padded to a multiple of CHUNK with rows that
+    change nothing (k = 0, g = 0)."""
     b, h, t, dk = k.shape
     pad = -t % CHUNK
     if pad:
