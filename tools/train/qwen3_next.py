@@ -44,6 +44,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from qwen3 import causal_attention, rotate_half
+
 CHUNK = 64
 
 
@@ -130,28 +132,12 @@ def rope_tables(cfg, n, device):
     return emb.cos(), emb.sin()
 
 
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
 def apply_rope(x, cos, sin):
     """x [B, H, T, D]: the first R dims rotated, the rest passed."""
     r = cos.shape[-1]
     rot, rest = x[..., :r], x[..., r:]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)
-
-
-def causal_attention(q, k, v):
-    """q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D)) v, causal."""
-    if hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    t = q.shape[2]
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
-    scores = scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
 class Attention(nn.Module):
