@@ -4,7 +4,8 @@
  * can run a real shape without its files, whatever its family.
  *
  * The numbers are those of the Hugging Face configurations (Qwen/Qwen3-*,
- * meta-llama/Llama-3.*); atlas-tiny is the model shipped in models/.
+ * meta-llama/Llama-3.*); atlas-tiny is the dense model this project shipped
+ * before models/atlas-next.
  */
 #include "engine/model/internal.h"
 
