@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/file.h"
 #include "engine/model/family.h"
 #include "engine/model/hf_json.h"
 
@@ -24,12 +25,9 @@ static int load_json(const char *dir, const char *name, bool required, struct hf
 
 	snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
 	f->root = NULL;
-	FILE *fp = fopen(f->path, "r");
-	if (!fp) {
-		if (errno == ENOENT && !required)
-			return 0;
-		return atlas_errf(err, errlen, -errno, "%s: %s", f->path, strerror(errno));
-	}
+	FILE *fp = file_fopen_regular(f->path, err, errlen);
+	if (!fp)
+		return errno == ENOENT && !required ? 0 : -errno;
 	f->root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
 	fclose(fp);
 	if (!f->root)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/file.h"
 #include "common/log.h"
 
 static const struct { const char *name; enum kt_dtype dtype; } st_dtypes[] = {
@@ -27,9 +28,9 @@ static const struct { const char *name; enum kt_dtype dtype; } st_dtypes[] = {
 static int map_file(const char *path, void **map, size_t *size, char *err, size_t errlen)
 {
 	struct stat sb;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = file_open_regular(path, err, errlen);
 	if (fd < 0)
-		return atlas_errf(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		return fd;
 	if (fstat(fd, &sb) < 0) {
 		int rc = -errno;
 		close(fd);
@@ -279,11 +280,15 @@ static int open_index(const char *dir, const char *index, struct st_set *set, ch
 		      size_t errlen)
 {
 	json_error_t je;
-	json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je), *file;
+	int fd = file_open_regular(index, err, errlen);
+	if (fd < 0)
+		return fd;
+	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je), *file;
 	const char *name;
 	char path[4096];
 	int rc = 0;
 
+	close(fd);
 	if (!root)
 		return atlas_errf(err, errlen, -EINVAL, "%s: line %d: %s", index, je.line, je.text);
 	json_t *map = json_object_get(root, "weight_map");

@@ -10,6 +10,7 @@
 #include "engine/tokenizer/internal.h"
 
 #include "common/err.h"
+#include "common/file.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -159,10 +160,9 @@ int tok_load_config(struct atlas_tokenizer *t, const char *dir, char *err, size_
 {
 	char file[PATH_MAX];
 	snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-	FILE *f = fopen(file, "r");
+	FILE *f = file_fopen_regular(file, err, errlen);
 	if (!f)
-		return errno == ENOENT ? 0 : atlas_errf(err, errlen, -errno, "file %s: %s", file,
-							   strerror(errno));
+		return errno == ENOENT ? 0 : -errno;
 	json_error_t jerr;
 	json_t *cfg = json_loadf(f, JSON_ALLOW_NUL, &jerr);
 	fclose(f);

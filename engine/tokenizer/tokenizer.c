@@ -2,12 +2,14 @@
 #include "engine/tokenizer/internal.h"
 
 #include "common/err.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /* Highest id + 1 over the model's vocabulary and the added tokens. */
@@ -70,7 +72,11 @@ int tok_load(const char *dir, struct atlas_tokenizer **out, char *err, size_t er
 		return atlas_errf(err, errlen, -errno, "file %s: %s", file, strerror(errno));
 
 	json_error_t jerr;
-	json_t *root = json_load_file(file, JSON_ALLOW_NUL, &jerr);
+	int fd = file_open_regular(file, err, errlen);
+	if (fd < 0)
+		return fd;
+	json_t *root = json_loadfd(fd, JSON_ALLOW_NUL, &jerr);
+	close(fd);
 	if (!root)
 		return atlas_errf(err, errlen, -EINVAL, "file %s: line %d: %s", file, jerr.line,
 				  jerr.text);

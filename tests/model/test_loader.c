@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -259,6 +260,10 @@ static void test_broken_files(void **state)
 	/* header that is not JSON */
 	assert_int_equal(fake_write_raw(st, 16, "{\"a\": [1, 2,    ", NULL, 0), 0);
 	EXPECT_LOAD_ERROR(dir, -EINVAL, "model.safetensors", "header", "JSON");
+	/* a FIFO where the weights belong: refused, not waited on for a writer */
+	assert_int_equal(unlink(st), 0);
+	assert_int_equal(mkfifo(st, 0600), 0);
+	EXPECT_LOAD_ERROR(dir, -EINVAL, "model.safetensors", "not a regular file");
 	/* no weights at all */
 	assert_int_equal(unlink(st), 0);
 	EXPECT_LOAD_ERROR(dir, -ENOENT, "model.safetensors");
@@ -271,6 +276,10 @@ static void test_broken_files(void **state)
 	/* config.json that is not JSON */
 	assert_int_equal(fake_write_raw(path_in(dir, "config.json"), 0, "", "{\"a\":", 5), 0);
 	EXPECT_LOAD_ERROR(dir, -EINVAL, "config.json");
+	/* a FIFO named config.json */
+	assert_int_equal(unlink(path_in(dir, "config.json")), 0);
+	assert_int_equal(mkfifo(path_in(dir, "config.json"), 0600), 0);
+	EXPECT_LOAD_ERROR(dir, -EINVAL, "config.json", "not a regular file");
 	/* no config.json */
 	assert_int_equal(unlink(path_in(dir, "config.json")), 0);
 	EXPECT_LOAD_ERROR(dir, -ENOENT, "config.json");
