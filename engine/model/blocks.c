@@ -78,7 +78,12 @@ int model_head_input_run(struct model *m, const struct model_head_input *h,
 {
 	struct kt_backend *be = m->be;
 	const int T = s->batch.n_tokens, M = m->max_tokens, E = m->cfg.hidden_size;
+	const int64_t n_out = s->out_rows.rows;
 	const float eps = m->cfg.rms_norm_eps;
+	if (T <= 0 || T > M || s->ids.rows != T || s->hidden.rows < T || s->hidden.cols != E ||
+	    n_out > m->max_out || s->logits.rows < n_out || s->logits.cols != m->cfg.vocab_size ||
+	    (s->hidden_out.data && s->hidden_out.rows < n_out))
+		return -EINVAL;
 	const struct kt_tensor emb = kt_rows(h->halves, 0, T), hid = kt_rows(h->halves, M, T);
 	const struct kt_tensor in = kt_rows(s->hidden, 0, T);
 	const struct kt_tensor order = kt_rows(h->order, 0, 2 * (int64_t)T);

@@ -41,7 +41,9 @@ int model_head_input_alloc(struct model *m, struct model_head_input *h, char *er
 			   size_t errlen);
 void model_head_input_free(struct model *m, struct model_head_input *h);
 /* x [T, E] = the head's input of step s: embed is the model's embedding,
- * s->hidden the model's final hidden rows. */
+ * s->hidden the model's final hidden rows. -EINVAL, before any work, when
+ * the step's rows, ids, hidden rows, logits or hidden_out do not fit the
+ * model (the checks every family's head step needs). */
 int model_head_input_run(struct model *m, const struct model_head_input *h,
 			 const struct kt_tensor *embed, const struct model_step *s,
 			 const struct kt_tensor *x);
