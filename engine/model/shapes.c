@@ -77,9 +77,12 @@ static const struct shape shapes[] = {
 	{ "qwen3-8b", QWEN3(151936, 4096, 12288, 36, 32, 8, 128, false) },
 	{ "qwen3-14b", QWEN3(151936, 5120, 17408, 40, 40, 8, 128, false) },
 	{ "qwen3-30b-a3b", QWEN3_MOE(2048, 6144, 48, 32, 4, 128, 8, 768) },
-	/* Qwen3-235B-A22B's layers (94 of them in the model), 8 and 32 of
-	 * them: one that fits one GPU and one that does not. */
+	/* Qwen3-235B-A22B's layers (94 of them in the model; 4.8 GB of
+	 * experts each), 8, 20 and 32 of them: 8 fit one 80 GB GPU; 20
+	 * (102 GB) fit two 80 GB GPUs with expert parallelism but not one; 32
+	 * (162 GB) fit two 141 GB GPUs but not one. */
 	{ "qwen3-235b-a22b-8l", QWEN3_MOE(4096, 12288, 8, 64, 4, 128, 8, 1536) },
+	{ "qwen3-235b-a22b-20l", QWEN3_MOE(4096, 12288, 20, 64, 4, 128, 8, 1536) },
 	{ "qwen3-235b-a22b-32l", QWEN3_MOE(4096, 12288, 32, 64, 4, 128, 8, 1536) },
 	/* A small Qwen3-MoE for tests (expert parallelism): 8 experts, top 2,
 	 * layer 1 a dense MLP. */

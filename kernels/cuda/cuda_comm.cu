@@ -1,6 +1,7 @@
 /* Expert parallelism's collective on the cuda backend: an NCCL
  * communicator (comm_open, comm_id) and an in-place f32 sum over the ranks
- * (allreduce), contracts in kernels/backend.h.
+ * (allreduce), contracts in kernels/backend.h; and the wait of a sync point
+ * while a communicator is open (cuda_comm_wait).
  *
  * comm_open joins the ranks with ncclCommInitRank on the backend's device,
  * from the ncclUniqueId that rank 0 made with comm_id and the engine's
@@ -8,26 +9,62 @@
  * joined. Only KT_COMM_NCCL: sockets are the cpu backend's.
  *
  * allreduce enqueues ncclAllReduce(sum, f32) in place on the backend's
- * stream, so it is ordered like an op and may be captured into a graph;
- * kt_backend.comm counts the calls, the bytes and the host time to enqueue.
- * An NCCL failure, or an asynchronous error the communicator reports (a
- * peer gone: -EPIPE), breaks the communicator: every later allreduce fails
- * at once with the same errno.
+ * stream, so it is ordered like an op and may be captured into a graph.
+ * Two one-thread kernels around it read the device's global timer and add
+ * the call, its bytes and its time to comm_clock, so graph replays are
+ * counted as well as op-by-op steps; the time is what the device spent in
+ * the collective, waiting for a slower peer included. Each sync point
+ * copies the counts into kt_backend.comm.
+ *
+ * A peer that dies or stops leaves this rank's NCCL kernel waiting for it
+ * forever, so with a communicator open a sync point does not block in
+ * cudaStreamSynchronize: it polls the stream and the communicator's
+ * asynchronous error, and past spec.timeout_ms (ep_timeout) aborts the
+ * communicator, which ends its kernels, and fails with -ETIMEDOUT (-EPIPE
+ * for an error NCCL reported). The communicator is broken from then on:
+ * every later allreduce fails at once with the same errno, and the next
+ * comm_open (the group's next epoch) replaces it. Graphs recorded with the
+ * old communicator's kernels are dropped then.
  */
 #include <errno.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <nccl.h>
 
 extern "C" {
 #include "common/err.h"
+#include "common/log.h"
 }
 #include "common/clock.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
 
 static_assert(sizeof(ncclUniqueId) == KT_COMM_ID_BYTES, "spec->id holds an ncclUniqueId");
+
+/* How long a sync point waits for the stream after ncclCommAbort before it
+ * calls the device stuck. */
+#define ABORT_DRAIN_MS 10000
+
+static __device__ unsigned long long global_ns(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __global__ void clock_start_kernel(struct cuda_comm_clock *c)
+{
+	c->start = global_ns();
+}
+
+static __global__ void clock_stop_kernel(struct cuda_comm_clock *c, unsigned long long bytes)
+{
+	c->ns += global_ns() - c->start;
+	c->calls++;
+	c->bytes += bytes;
+}
 
 int cuda_comm_id(struct kt_backend *be, unsigned char *id)
 {
@@ -37,6 +74,18 @@ int cuda_comm_id(struct kt_backend *be, unsigned char *id)
 		return -EINVAL;
 	NCCL_CHECK(ncclGetUniqueId(&uid));
 	memcpy(id, &uid, sizeof uid);
+	return 0;
+}
+
+/* The device counters and their pinned copy, once per backend. */
+static int make_clock(struct cuda_backend *cu)
+{
+	if (cu->comm_clock)
+		return 0;
+	CU_CHECK(cudaMalloc((void **)&cu->comm_clock, sizeof *cu->comm_clock));
+	CU_CHECK(cudaMemsetAsync(cu->comm_clock, 0, sizeof *cu->comm_clock, cu->stream));
+	CU_CHECK(cudaMallocHost((void **)&cu->comm_clock_host, sizeof *cu->comm_clock_host));
+	memset(cu->comm_clock_host, 0, sizeof *cu->comm_clock_host);
 	return 0;
 }
 
@@ -58,19 +107,24 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 		return atlas_errf(err, errlen, -EINVAL, "comm_open: unknown kind %d",
 				  (int)spec->kind);
 	if (spec->n_ranks < 1 || spec->n_ranks > KT_COMM_MAX_RANKS || spec->rank < 0 ||
-	    spec->rank >= spec->n_ranks)
+	    spec->rank >= spec->n_ranks || spec->timeout_ms <= 0)
 		return atlas_errf(err, errlen, -EINVAL,
-				  "comm_open: rank %d of %d: need 0 <= rank < n_ranks <= %d",
-				  spec->rank, spec->n_ranks, KT_COMM_MAX_RANKS);
+				  "comm_open: rank %d of %d, timeout %d ms: need 0 <= rank < "
+				  "n_ranks <= %d and a timeout > 0", spec->rank, spec->n_ranks,
+				  spec->timeout_ms, KT_COMM_MAX_RANKS);
 	if ((e = cu_enter(cu)))
 		return atlas_errf(err, errlen, -EIO, "comm_open: device %d: %s", cu->device,
 				  cudaGetErrorString(e));
+	if (make_clock(cu))
+		return atlas_errf(err, errlen, -ENOMEM, "comm_open: device %d: no memory for "
+				  "the collectives' counters", cu->device);
 	/* The group's next epoch: the old communicator goes (a lost rank may
-	 * have left it hung), the new one replaces it. */
+	 * have left it hung), and with it the graphs that launch its kernels. */
 	if (cu->nccl) {
 		ncclCommAbort(cu->nccl);
 		cu->nccl = NULL;
 	}
+	cuda_graphs_free(cu);
 	memcpy(&uid, spec->id, sizeof uid);
 	r = ncclCommInitRank(&comm, spec->n_ranks, uid, spec->rank);
 	if (r != ncclSuccess)
@@ -78,6 +132,7 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 				  "comm_open: ncclCommInitRank (rank %d of %d, device %d): %s",
 				  spec->rank, spec->n_ranks, cu->device, ncclGetErrorString(r));
 	cu->nccl = comm;
+	cu->nccl_timeout_ms = spec->timeout_ms;
 	be->comm.rank = spec->rank;
 	be->comm.n_ranks = spec->n_ranks;
 	be->comm.broken = 0;
@@ -96,17 +151,15 @@ int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 {
 	struct cuda_backend *cu = cu_of(be);
 	ncclResult_t r, async = ncclSuccess;
-	uint64_t t0;
 	size_t n;
 
 	if (!cu_valid(x, KT_F32))
 		return -EINVAL;
-	if (!cu->nccl)
-		return -ENOTCONN;
 	if (be->comm.broken)
 		return -be->comm.broken;
+	if (!cu->nccl)
+		return -ENOTCONN;
 	n = (size_t)x->rows * (size_t)x->cols;
-	t0 = atlas_now_ns();
 	CU_CHECK(cu_enter(cu));
 	r = ncclCommGetAsyncError(cu->nccl, &async);
 	if (r != ncclSuccess || async != ncclSuccess) {
@@ -114,14 +167,72 @@ int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 				__LINE__);
 		return comm_broken(be, -nccl_errno(r != ncclSuccess ? r : async));
 	}
-	if (n) {
-		r = ncclAllReduce(x->data, x->data, n, ncclFloat32, ncclSum, cu->nccl, cu->stream);
-		if (r != ncclSuccess)
-			return comm_broken(be, -nccl_fail(r, "ncclAllReduce", __FILE__, __LINE__));
+	if (!n)
+		return 0;
+	clock_start_kernel<<<1, 1, 0, cu->stream>>>(cu->comm_clock);
+	CU_LAUNCHED();
+	r = ncclAllReduce(x->data, x->data, n, ncclFloat32, ncclSum, cu->nccl, cu->stream);
+	if (r != ncclSuccess)
+		return comm_broken(be, -nccl_fail(r, "ncclAllReduce", __FILE__, __LINE__));
+	clock_stop_kernel<<<1, 1, 0, cu->stream>>>(cu->comm_clock,
+						   (unsigned long long)(n * sizeof(float)));
+	CU_LAUNCHED();
+	return 0;
+}
+
+/* Abort the communicator for errno code (> 0) and let the stream drain:
+ * its NCCL kernels end once the abort is seen. Returns -code, or -EIO when
+ * the stream still does not finish. */
+static int abort_comm(struct cuda_backend *cu, int code, const char *why)
+{
+	const uint64_t deadline = atlas_now_ns() + (uint64_t)ABORT_DRAIN_MS * 1000000u;
+
+	log_error("cuda: device %d: expert parallelism's collective: %s; aborting the NCCL "
+		  "communicator", cu->device, why);
+	ncclCommAbort(cu->nccl);
+	cu->nccl = NULL;
+	cu->base.comm.broken = code;
+	/* With two ranks the silent peer is the other one. */
+	cu->base.comm.broken_rank = cu->base.comm.n_ranks == 2 ? 1 - cu->base.comm.rank : -1;
+	while (cudaStreamQuery(cu->stream) == cudaErrorNotReady) {
+		if (atlas_now_ns() > deadline) {
+			log_error("cuda: device %d: the stream did not finish %d ms after "
+				  "ncclCommAbort", cu->device, ABORT_DRAIN_MS);
+			return -EIO;
+		}
+		sched_yield();
 	}
-	be->comm.calls++;
-	be->comm.bytes += n * sizeof(float);
-	be->comm.ns += atlas_now_ns() - t0;
+	(void)cudaGetLastError();
+	return -code;
+}
+
+int cuda_comm_wait(struct cuda_backend *cu)
+{
+	const uint64_t deadline = atlas_now_ns() + (uint64_t)cu->nccl_timeout_ms * 1000000u;
+	ncclResult_t r, async;
+	cudaError_t e;
+
+	CU_CHECK(cudaMemcpyAsync(cu->comm_clock_host, cu->comm_clock, sizeof *cu->comm_clock,
+				 cudaMemcpyDeviceToHost, cu->stream));
+	while ((e = cudaStreamQuery(cu->stream)) == cudaErrorNotReady) {
+		async = ncclSuccess;
+		r = ncclCommGetAsyncError(cu->nccl, &async);
+		if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
+			return abort_comm(cu, -nccl_errno(r != ncclSuccess ? r : async),
+					  ncclGetErrorString(r != ncclSuccess ? r : async));
+		if (atlas_now_ns() > deadline) {
+			char why[96];
+			snprintf(why, sizeof why, "no progress for %d ms (ep_timeout): a peer is "
+				 "gone or stopped", cu->nccl_timeout_ms);
+			return abort_comm(cu, ETIMEDOUT, why);
+		}
+		sched_yield();
+	}
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaStreamQuery", __FILE__, __LINE__);
+	cu->base.comm.calls = cu->comm_clock_host->calls;
+	cu->base.comm.bytes = cu->comm_clock_host->bytes;
+	cu->base.comm.ns = cu->comm_clock_host->ns;
 	return 0;
 }
 
@@ -129,11 +240,15 @@ void cuda_comm_close(struct cuda_backend *cu)
 {
 	ncclResult_t r;
 
-	if (!cu->nccl)
-		return;
-	r = cu->base.comm.broken ? ncclCommAbort(cu->nccl) : ncclCommDestroy(cu->nccl);
-	if (r != ncclSuccess)
-		(void)nccl_fail(r, cu->base.comm.broken ? "ncclCommAbort" : "ncclCommDestroy",
-				__FILE__, __LINE__);
-	cu->nccl = NULL;
+	if (cu->nccl) {
+		r = cu->base.comm.broken ? ncclCommAbort(cu->nccl) : ncclCommDestroy(cu->nccl);
+		if (r != ncclSuccess)
+			(void)nccl_fail(r, cu->base.comm.broken ? "ncclCommAbort" : "ncclCommDestroy",
+					__FILE__, __LINE__);
+		cu->nccl = NULL;
+	}
+	CU_WARN(cudaFree(cu->comm_clock));
+	CU_WARN(cudaFreeHost(cu->comm_clock_host));
+	cu->comm_clock = NULL;
+	cu->comm_clock_host = NULL;
 }

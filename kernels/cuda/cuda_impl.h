@@ -121,8 +121,22 @@ struct cuda_backend {
 	int32_t *moe_hist;          /* device [moe_chunks, CUDA_MOE_MAX_E] */
 	int moe_chunks;             /* max_tokens * KT_MOE_MAX_K / CUDA_MOE_CHUNK, rounded up */
 	/* Expert parallelism (cuda_comm.cu): the NCCL communicator of
-	 * comm_open; statistics in base.comm. */
-	struct ncclComm *nccl;      /* owned; NULL before comm_open */
+	 * comm_open, and how long a sync point waits for a step whose
+	 * collectives a peer never joins. The device counts the collectives
+	 * (graph replays too) in comm_clock; each sync point reads them into
+	 * base.comm. */
+	struct ncclComm *nccl;      /* owned; NULL before comm_open and once aborted */
+	int nccl_timeout_ms;        /* spec.timeout_ms of the last comm_open */
+	struct cuda_comm_clock *comm_clock;      /* device, made by the first comm_open */
+	struct cuda_comm_clock *comm_clock_host; /* pinned: where a sync point reads it */
+};
+
+/* The collectives as the device saw them, summed since the first comm_open:
+ * kernels before and after each allreduce read the global timer. */
+struct cuda_comm_clock {
+	unsigned long long start;   /* the running allreduce's start, ns */
+	unsigned long long ns;      /* device time inside allreduces (waiting for peers too) */
+	unsigned long long calls, bytes;
 };
 
 #define CUDA_BLAS_WS_BYTES ((size_t)32 << 20)
@@ -299,6 +313,11 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x);
 int cuda_comm_id(struct kt_backend *be, unsigned char *id);
 void cuda_comm_close(struct cuda_backend *cu);
+/* A sync point with a communicator open: wait for the stream, at most
+ * nccl_timeout_ms, aborting the communicator when a peer is gone (0,
+ * -ETIMEDOUT or -EPIPE; the communicator is broken after either), then
+ * read the device's collective counts into base.comm. */
+int cuda_comm_wait(struct cuda_backend *cu);
 
 /* Graphs (cuda_graph.cu): kt_graph(), and freeing them all at close. */
 int cuda_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx), void *ctx);

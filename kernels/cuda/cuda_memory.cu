@@ -222,10 +222,18 @@ int cuda_sync_point(struct cuda_backend *cu)
 {
 	unsigned f;
 	char names[128];
+	int rc;
 
 	CU_CHECK(cudaMemcpyAsync(cu->fault_host, cu->fault, sizeof(*cu->fault),
 				 cudaMemcpyDeviceToHost, cu->stream));
-	CU_CHECK(cudaStreamSynchronize(cu->stream));
+	/* With a communicator open a peer may never join a collective: the
+	 * wait is bounded (cuda_comm.cu). */
+	if (cu->nccl) {
+		if ((rc = cuda_comm_wait(cu)))
+			return rc;
+	} else {
+		CU_CHECK(cudaStreamSynchronize(cu->stream));
+	}
 	f = *cu->fault_host;
 	if (!f)
 		return 0;

@@ -406,15 +406,29 @@ static int decode(struct bench *b, int batch, int context, struct bench_result *
 		status = submit(b, s, batch, context - 1, 1);
 	if (!status)
 		status = wait_turns(b, s, batch, &pr);
+	struct atlas_engine_stats *st0 = malloc(sizeof *st0), *st1 = malloc(sizeof *st1);
+	if (!status && (!st0 || !st1 || atlas_engine_stats(b->e, st0)))
+		status = cli_fail(b->cmd, "cannot read the engine's stats");
 	if (!status)
 		status = submit(b, s, batch, 1, b->gen_tokens);
 	if (!status)
 		status = wait_turns(b, s, batch, &pr);
+	if (!status && atlas_engine_stats(b->e, st1))
+		status = cli_fail(b->cmd, "cannot read the engine's stats");
 	if (!status) {
 		r->tokens = pr.gen_end - pr.gen_all_started;
 		r->seconds = pr.t_end - pr.t_all_started;
 		r->staged_bytes = pr.staged_end - pr.staged_all_started;
+		r->ep_ranks = st1->ep.ranks;
+		r->steps = st1->steps_total - st0->steps_total;
+		r->collectives = st1->ep.collectives_total - st0->ep.collectives_total;
+		r->collective_bytes = st1->ep.collective_bytes_total -
+				      st0->ep.collective_bytes_total;
+		r->collective_seconds = st1->ep.collective_seconds_total -
+					st0->ep.collective_seconds_total;
 	}
+	free(st0);
+	free(st1);
 	close_sessions(s, batch);
 	free(s);
 	return status;

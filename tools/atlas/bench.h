@@ -22,6 +22,11 @@ struct bench_result {
 	bool skipped;           /* not run: why */
 	const char *why;
 	uint64_t staged_bytes;  /* decode: KV bytes streamed from the host tier while measured */
+	/* decode with ep > 1: the generating steps' collectives (this rank's
+	 * view: the head's device time inside them, waiting for peers too). */
+	int ep_ranks;
+	uint64_t steps, collectives, collective_bytes;
+	double collective_seconds;
 };
 
 /* What a decode step reads, for the bound: weights once per step and each

@@ -194,6 +194,14 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 					bound->host_bandwidth);
 			fprintf(table, "\n");
 		}
+		if (r->ep_ranks > 1 && r->steps && r->seconds > 0)
+			fprintf(table, "%-8s ep %d: %.1f collectives per step, %.2f MB, %.3f ms of a "
+				"%.3f ms step in them (%.1f%%)\n", "", r->ep_ranks,
+				(double)r->collectives / (double)r->steps,
+				(double)r->collective_bytes / (double)r->steps / 1e6,
+				1e3 * r->collective_seconds / (double)r->steps,
+				1e3 * r->seconds / (double)r->steps,
+				100.0 * r->collective_seconds / r->seconds);
 		fflush(table);
 	}
 }
