@@ -228,7 +228,8 @@ const struct atlas_key atlas_keys[] = {
 	DOUBLE("ep", ep_timeout, 0.1, 3600, "10",
 	       "Seconds a rank may stay silent in a collective or a command before it counts as "
 	       "gone: the running turns then fail with an error that names it, ctl/ep shows it, "
-	       "and new turns wait for it to rejoin."),
+	       "and new turns wait for it to rejoin. On cuda it bounds how long a step waits "
+	       "for its NCCL collectives; past it the communicator is aborted."),
 	DOUBLE("ep", ep_join_timeout, 1, 86400, "120",
 	       "Seconds the head waits at startup for every worker to join before it gives up."),
 

@@ -38,27 +38,50 @@ part() { echo; echo "== $*"; }
 [ $# -gt 0 ] || set -- check bench big
 
 part build
-if [ ! -x $build/tools/atlas ]; then
-	meson setup $build -Dcuda=enabled >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; exit 99; }
-	ninja -C $build >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 99; }
-fi
+[ -d $build ] || meson setup $build -Dcuda=enabled >"$out/setup.log" 2>&1 ||
+	{ tail -30 "$out/setup.log"; exit 99; }
+ninja -C $build tools/atlas appliance/atlasd tests/engine/test_ep >"$out/build.log" 2>&1 ||
+	{ grep -E "error" "$out/build.log" | head -30; exit 99; }
 atlasd=$build/appliance/atlasd
 atlas=$build/tools/atlas
 
 # A free loopback port for one group.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# bounded SECONDS LOG CMD...: CMD with its output appended to LOG; if it is
+# still running after SECONDS, the host stacks of it and of every atlasd
+# worker go to LOG.stacks (cuda-gdb) before they are killed. Fails then.
+bounded() {
+	limit=$1 log=$2
+	shift 2
+	"$@" >>"$log" 2>&1 &
+	pid=$! t=0
+	while kill -0 $pid 2>/dev/null && [ $t -lt "$limit" ]; do sleep 1; t=$((t + 1)); done
+	if kill -0 $pid 2>/dev/null; then
+		echo "hung after $limit s: $*; stacks in ${log##*/}.stacks"
+		for p in $pid $(pgrep -f "atlasd --worker"); do
+			echo "=== $p: $(tr '\0' ' ' </proc/$p/cmdline | cut -c1-100)"
+			timeout 30 cuda-gdb -p $p -batch -ex "thread apply all bt" 2>&1 |
+				grep -E "^#|^Thread" | grep -v " in ?? ("
+		done >>"$log.stacks"
+		kill -9 $pid $(pgrep -f "atlasd --worker") 2>/dev/null
+		wait $pid
+		return 1
+	fi
+	wait $pid
+}
+
 check() {
 	part "test_ep on cuda, $gpus GPUs: the dummy test shape, faults included"
-	ATLAS_TEST_BACKEND=cuda ATLAS_TEST_GPUS=$gpus $build/tests/engine/test_ep $atlasd \
-		>"$out/ep-check.log" 2>&1 || failed=$((failed + 1))
+	export ATLAS_TEST_BACKEND=cuda ATLAS_TEST_GPUS=$gpus
+	bounded 180 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd || failed=$((failed + 1))
 	grep -E '^\[ *(PASSED|FAILED|  ERROR|  SKIPPED) |on cuda|epoch .* ended|aborting' "$out/ep-check.log"
 	for m in tests/fidelity/models/qwen3moe_f32_v4 tests/fidelity/models/qwen3moe_bf16_v5 \
 		tests/fidelity/models/qwen3next_f32 tests/fidelity/models/qwen35moe_bf16 \
 		qwen3-next-test; do
 		part "test_ep on cuda: ${m##*/}"
-		ATLAS_TEST_BACKEND=cuda ATLAS_TEST_GPUS=$gpus $build/tests/engine/test_ep $atlasd $m \
-			>>"$out/ep-check.log" 2>&1 || failed=$((failed + 1))
+		bounded 90 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd $m ||
+			failed=$((failed + 1))
 		tail -n 200 "$out/ep-check.log" | grep -E '^\[ *(PASSED|FAILED|  ERROR) |on cuda'
 	done
 }
@@ -79,8 +102,8 @@ bench() {
 		r=$((r + 1))
 	done
 	# atlas takes one key a -o.
-	$atlas bench $(echo "$keys,device=0" | sed 's/^/-o /; s/,/ -o /g') --csv-out "$out/$csv" \
-		"$@" || failed=$((failed + 1))
+	timeout 300 $atlas bench $(echo "$keys,device=0" | sed 's/^/-o /; s/,/ -o /g') \
+		--csv-out "$out/$csv" "$@" || failed=$((failed + 1))
 	[ -z "$pids" ] || { kill $pids; wait; } 2>/dev/null
 }
 
@@ -99,7 +122,7 @@ if echo " $* " | grep -q " big "; then
 	layers=20
 	[ "$mem" -gt 100000 ] && layers=32
 	part "qwen3-235b-a22b-${layers}l with ep = 1: must not fit one GPU"
-	if $atlas bench --dummy-weights --shape 235b-a22b-${layers}l -o backend=cuda -o log_level=warn \
+	if timeout 120 $atlas bench --dummy-weights --shape 235b-a22b-${layers}l -o backend=cuda -o log_level=warn \
 		--batch 1 --prompt-tokens 512 --context 0 --gen-tokens 16 >"$out/ep-235b-1.log" 2>&1; then
 		echo "it ran on one GPU: the shape does not show what it should"
 		failed=$((failed + 1))

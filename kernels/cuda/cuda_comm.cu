@@ -25,9 +25,18 @@
  * every later allreduce fails at once with the same errno, and the next
  * comm_open (the group's next epoch) replaces it. Graphs recorded with the
  * old communicator's kernels are dropped then.
+ *
+ * A communicator ends by ncclCommAbort, never ncclCommDestroy, which waits
+ * for every rank to destroy theirs (the head closing while its workers
+ * waited to rejoin hung in it; H100 x2, NCCL 2.28). The abort runs on a
+ * thread of its own and is waited for at most ABORT_WAIT_MS: a teardown that
+ * hangs on a peer is logged and left behind, so no epoch change, failed
+ * step or close can hang on it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +55,99 @@ static_assert(sizeof(ncclUniqueId) == KT_COMM_ID_BYTES, "spec->id holds an ncclU
 /* How long a sync point waits for the stream after ncclCommAbort before it
  * calls the device stuck. */
 #define ABORT_DRAIN_MS 10000
+/* How long a teardown waits for ncclCommAbort before it leaves it behind. */
+#define ABORT_WAIT_MS 5000
+
+/* One ncclCommAbort on its own thread; the last of the waiter and the
+ * thread to let go frees it. */
+struct abort_job {
+	ncclComm_t comm;
+	int device;
+	pthread_mutex_t lock;
+	pthread_cond_t done_cv;
+	bool done;
+	int refs;
+};
+
+static void abort_job_put(struct abort_job *j)
+{
+	pthread_mutex_lock(&j->lock);
+	const int refs = --j->refs;
+	pthread_mutex_unlock(&j->lock);
+	if (refs)
+		return;
+	pthread_mutex_destroy(&j->lock);
+	pthread_cond_destroy(&j->done_cv);
+	free(j);
+}
+
+static void *abort_main(void *arg)
+{
+	struct abort_job *j = (struct abort_job *)arg;
+	ncclResult_t r;
+
+	(void)cudaSetDevice(j->device);
+	r = ncclCommAbort(j->comm);
+	if (r != ncclSuccess)
+		(void)nccl_fail(r, "ncclCommAbort", __FILE__, __LINE__);
+	pthread_mutex_lock(&j->lock);
+	j->done = true;
+	pthread_cond_signal(&j->done_cv);
+	pthread_mutex_unlock(&j->lock);
+	abort_job_put(j);
+	return NULL;
+}
+
+/* Abort cu's communicator, waiting at most ABORT_WAIT_MS; cu->nccl is NULL
+ * after it either way. */
+static void end_comm(struct cuda_backend *cu)
+{
+	struct abort_job *j;
+	struct timespec until;
+	pthread_attr_t attr;
+	pthread_t thread;
+	bool done;
+
+	if (!cu->nccl)
+		return;
+	j = (struct abort_job *)calloc(1, sizeof *j);
+	if (!j) {
+		ncclCommAbort(cu->nccl);
+		cu->nccl = NULL;
+		return;
+	}
+	j->comm = cu->nccl;
+	j->device = cu->device;
+	j->refs = 2;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->done_cv, NULL);
+	cu->nccl = NULL;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&thread, &attr, abort_main, j)) {
+		pthread_attr_destroy(&attr);
+		j->refs = 1;
+		abort_main(j);
+		return;
+	}
+	pthread_attr_destroy(&attr);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ABORT_WAIT_MS / 1000;
+	until.tv_nsec += (long)(ABORT_WAIT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&j->lock);
+	while (!j->done && !pthread_cond_timedwait(&j->done_cv, &j->lock, &until))
+		;
+	done = j->done;
+	pthread_mutex_unlock(&j->lock);
+	if (!done)
+		log_error("cuda: device %d: ncclCommAbort did not return in %d ms; the "
+			  "communicator is left behind", cu->device, ABORT_WAIT_MS);
+	abort_job_put(j);
+}
 
 static __device__ unsigned long long global_ns(void)
 {
@@ -120,10 +222,7 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 				  "the collectives' counters", cu->device);
 	/* The group's next epoch: the old communicator goes (a lost rank may
 	 * have left it hung), and with it the graphs that launch its kernels. */
-	if (cu->nccl) {
-		ncclCommAbort(cu->nccl);
-		cu->nccl = NULL;
-	}
+	end_comm(cu);
 	cuda_graphs_free(cu);
 	memcpy(&uid, spec->id, sizeof uid);
 	r = ncclCommInitRank(&comm, spec->n_ranks, uid, spec->rank);
@@ -189,8 +288,7 @@ static int abort_comm(struct cuda_backend *cu, int code, const char *why)
 
 	log_error("cuda: device %d: expert parallelism's collective: %s; aborting the NCCL "
 		  "communicator", cu->device, why);
-	ncclCommAbort(cu->nccl);
-	cu->nccl = NULL;
+	end_comm(cu);
 	cu->base.comm.broken = code;
 	/* With two ranks the silent peer is the other one. */
 	cu->base.comm.broken_rank = cu->base.comm.n_ranks == 2 ? 1 - cu->base.comm.rank : -1;
@@ -238,15 +336,7 @@ int cuda_comm_wait(struct cuda_backend *cu)
 
 void cuda_comm_close(struct cuda_backend *cu)
 {
-	ncclResult_t r;
-
-	if (cu->nccl) {
-		r = cu->base.comm.broken ? ncclCommAbort(cu->nccl) : ncclCommDestroy(cu->nccl);
-		if (r != ncclSuccess)
-			(void)nccl_fail(r, cu->base.comm.broken ? "ncclCommAbort" : "ncclCommDestroy",
-					__FILE__, __LINE__);
-		cu->nccl = NULL;
-	}
+	end_comm(cu);
 	CU_WARN(cudaFree(cu->comm_clock));
 	CU_WARN(cudaFreeHost(cu->comm_clock_host));
 	cu->comm_clock = NULL;
