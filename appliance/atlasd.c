@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "appliance/mountpoint.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -56,6 +57,8 @@ struct setting {
 struct options {
 	char *config_file;
 	char *worker;                   /* --worker RANK: an expert-parallelism worker */
+	char *mountpoint;               /* MOUNTPOINT as given; FUSE never sees it */
+	char *extra;                    /* a second argument that is not an option */
 	struct setting *settings;       /* -o key=value for the config, in order */
 	size_t n_settings;
 	bool failed;                    /* out of memory while collecting */
@@ -79,10 +82,20 @@ static bool is_fuse_name(const char *arg)
 	return false;
 }
 
-/* Keeps (returns 1) what is FUSE's; collects configuration keys. */
+/* Keeps (returns 1) what is FUSE's; collects configuration keys and the
+ * mountpoint, which atlasd checks itself (mountpoint.c: FUSE's own check
+ * cannot tell a missing mountpoint from a stale mount or a bad option). */
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	struct options *o = data;
+	if (key == FUSE_OPT_KEY_NONOPT) {
+		char **slot = o->mountpoint ? &o->extra : &o->mountpoint;
+		if (!*slot && !(*slot = strdup(arg))) {
+			o->failed = true;
+			return -1;
+		}
+		return 0;
+	}
 	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-' || is_fuse_name(arg))
 		return 1;
 	struct setting *s = realloc(o->settings, (o->n_settings + 1) * sizeof *s);
@@ -111,6 +124,8 @@ static void options_free(struct options *o)
 	free(o->settings);
 	free(o->config_file);
 	free(o->worker);
+	free(o->mountpoint);
+	free(o->extra);
 }
 
 static void usage(const char *prog)
@@ -202,6 +217,22 @@ static int build_config(struct atlas_config *c, const struct options *o, bool de
 	if (atlas_log_parse_level(c->log_level, &level) == 0)
 		atlas_log_set_level(level);
 	return 0;
+}
+
+/* FUSE's own options, tried on a session that is never mounted, so that a
+ * bad one is reported (libfuse prints which) before the model loads. */
+static bool fuse_options_ok(const struct fuse_args *args)
+{
+	static const struct fuse_lowlevel_ops no_ops;
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	bool ok = true;
+	for (int i = 0; ok && i < args->argc; i++)
+		ok = fuse_opt_add_arg(&copy, args->argv[i]) == 0;
+	struct fuse_session *se = ok ? fuse_session_new(&copy, &no_ops, sizeof no_ops, NULL) : NULL;
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&copy);
+	return se != NULL;
 }
 
 /* Fork; the parent waits until the child reports that it is mounted (one
@@ -342,6 +373,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "atlasd: %s\n", o.failed ? "out of memory" : "bad options (see --help)");
 		goto out;
 	}
+	if (o.extra) {
+		fprintf(stderr, "atlasd: one MOUNTPOINT only: %s, then %s (see --help)\n",
+			o.mountpoint, o.extra);
+		goto out;
+	}
+	/* Mounts say what they are (mount(8), /proc/mounts: "atlas on DIR type
+	 * fuse.atlas"), which is how mountpoint.c knows atlas's own; a later
+	 * -o fsname= or subtype= still wins. */
+	if (fuse_opt_insert_arg(&args, 1, "-osubtype=atlas,fsname=atlas")) {
+		fprintf(stderr, "atlasd: out of memory\n");
+		goto out;
+	}
 	if (fuse_parse_cmdline(&args, &cmd) != 0) {
 		fprintf(stderr, "atlasd: bad options (see --help)\n");
 		goto out;
@@ -368,11 +411,15 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (build_config(cfg, &o, cmd.debug) == 0) {
-		char mnt[PATH_MAX];
-		if (!cmd.mountpoint && !cfg->mountpoint[0])
+		char mnt[PATH_MAX], err[ATLAS_ERRLEN];
+		const char *given = o.mountpoint ? o.mountpoint : cfg->mountpoint;
+		if (!*given)
 			fprintf(stderr, "atlasd: no mountpoint (give MOUNTPOINT or the key mountpoint)\n");
-		else if (!cmd.mountpoint && !realpath(cfg->mountpoint, mnt))
-			fprintf(stderr, "atlasd: mountpoint %s: %s\n", cfg->mountpoint, strerror(errno));
+		else if (!fuse_options_ok(&args))
+			fprintf(stderr, "atlasd: bad FUSE options (see above and --help)\n");
+		else if (strncmp(given, "/dev/fd/", 8) &&
+			 mountpoint_prepare(given, mnt, sizeof mnt, err, sizeof err))
+			fprintf(stderr, "atlasd: %s\n", err);
 		else {
 			int ready_fd = cmd.foreground || cmd.debug ? -1 : daemon_fork();
 			/* Threads started from here on (the engine's, the fs waker, the
@@ -384,8 +431,8 @@ int main(int argc, char **argv)
 			sigaddset(&sigs, SIGHUP);
 			sigaddset(&sigs, SIGQUIT);
 			pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-			status = serve(cfg, &args, &cmd, cmd.mountpoint ? cmd.mountpoint : mnt,
-				       ready_fd);
+			status = serve(cfg, &args, &cmd,
+				       strncmp(given, "/dev/fd/", 8) ? mnt : given, ready_fd);
 		}
 	}
 	free(cfg);

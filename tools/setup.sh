@@ -47,6 +47,12 @@ if [ ! -f models/atlas-next/config.json ]; then
 fi
 
 [ "$mount" = 1 ] || exit 0
+# A mount whose atlasd died (kill -9, a crash) is stale: every look at it
+# fails with "Transport endpoint is not connected". Detach it first.
+if grep -qs " $mnt fuse" /proc/mounts && ! stat -f "$mnt" >/dev/null 2>&1; then
+	echo "setup: removing the stale mount on $mnt (its atlasd is gone)"
+	fusermount3 -u -z "$mnt"
+fi
 mkdir -p "$mnt"
 if mountpoint -q "$mnt"; then
 	fusermount3 -u "$mnt"
