@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "appliance/mountpoint.h"
+#include "appliance/notify.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -136,8 +137,9 @@ static void usage(const char *prog)
 	       "s1/out streams the answer, ctl/ shows the engine (see README in the mount).\n"
 	       "Without -f, atlasd goes to the background once the model is loaded and mounted.\n\n"
 	       "Options:\n"
-	       "    --config FILE          read the configuration from FILE (INI; default: no file,\n"
-	       "                           the built-in defaults; config/atlas.conf documents keys)\n"
+	       "    --config FILE          read the configuration from FILE (INI; default: the\n"
+	       "                           installed PREFIX/etc/atlas/atlas.conf when atlasd is\n"
+	       "                           installed, else the built-in defaults; atlas.conf(5))\n"
 	       "    -o KEY=VALUE[,...]     set a configuration key, over the file; a bare KEY\n"
 	       "                           sets a boolean key to true (-o allow_other)\n"
 	       "    -o OPTION              a FUSE option (fsname=, auto_unmount, max_threads=, ...)\n"
@@ -180,9 +182,13 @@ static void usage(const char *prog)
 /* Table defaults, the file, then the -o settings; then checked as a whole. */
 static int build_config(struct atlas_config *c, const struct options *o, bool debug)
 {
-	char err[ATLAS_ERRLEN];
+	char err[ATLAS_ERRLEN], installed[PATH_MAX];
 	atlas_config_defaults(c);
-	if (o->config_file && atlas_config_load(c, o->config_file, err, sizeof err)) {
+	/* An installed atlasd reads the installed atlas.conf unless told a file. */
+	const char *file = o->config_file;
+	if (!file && atlas_config_installed_file(installed, sizeof installed) == 0)
+		file = installed;
+	if (file && atlas_config_load(c, file, err, sizeof err)) {
 		fprintf(stderr, "atlasd: %s\n", err);
 		return -1;
 	}
@@ -319,12 +325,16 @@ static int serve(const struct atlas_config *cfg, struct fuse_args *args,
 	}
 	if (ready_fd >= 0)
 		daemon_ready(ready_fd);
+	int rc = notify_systemd("READY=1");
+	if (rc)
+		log_warn("cannot tell systemd that atlasd is ready: %s", strerror(-rc));
 
 	/* Only this thread takes SIGTERM/SIGINT/SIGHUP, so that they end the loop. */
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	pthread_sigmask(SIG_SETMASK, &sigs, NULL);
-	int rc = atlas_fs_loop(fs, cmd);
+	rc = atlas_fs_loop(fs, cmd);
+	notify_systemd("STOPPING=1");
 	fuse_remove_signal_handlers(se);
 	if (rc)
 		log_error("the FUSE loop failed: %s", strerror(-rc));

@@ -1,7 +1,7 @@
 /* atlasd's life around the filesystem, serving the scripted model: options
  * and their errors, load errors with and without -f, the background mode,
  * SIGTERM and fusermount3 -u; its mountpoint missing, stale after a kill -9
- * or already served. */
+ * or already served; readiness for systemd. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -329,6 +331,36 @@ static void test_mountpoint_and_fuse_errors(void **state)
 	assert_false(is_mounted(f->d.mnt));
 }
 
+/* Under systemd (Type=notify): READY=1 on $NOTIFY_SOCKET once mounted, and
+ * STOPPING=1 when it stops. */
+static void test_systemd_notify(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	assert_true(strlen(f->d.dir) + sizeof "/notify" <= sizeof addr.sun_path);
+	memcpy(addr.sun_path, f->d.dir, strlen(f->d.dir));
+	strcat(addr.sun_path, "/notify");
+	int sock = socket(AF_UNIX, SOCK_DGRAM, 0);
+	assert_true(sock >= 0);
+	assert_int_equal(bind(sock, (struct sockaddr *)&addr, sizeof addr), 0);
+	struct timeval tv = { .tv_sec = 5 };
+	assert_int_equal(setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+	setenv("NOTIFY_SOCKET", addr.sun_path, 1);
+	const char *args[] = { "-o", f->model_opt, NULL };
+	int rc = daemon_start(&f->d, args);
+	unsetenv("NOTIFY_SOCKET");
+	assert_int_equal(rc, 0);
+	char msg[64] = { 0 };
+	assert_int_equal(recv(sock, msg, sizeof msg - 1, 0), 7);
+	assert_string_equal(msg, "READY=1");
+	assert_true(is_mounted(f->d.mnt));
+	assert_int_equal(daemon_stop(&f->d), 0);
+	memset(msg, 0, sizeof msg);
+	assert_int_equal(recv(sock, msg, sizeof msg - 1, 0), 10);
+	assert_string_equal(msg, "STOPPING=1");
+	close(sock);
+}
+
 int main(int argc, char **argv)
 {
 	int status = harness_args(argc, argv);
@@ -360,6 +392,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_second_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_mount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mountpoint_and_fuse_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_systemd_notify, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
