@@ -274,20 +274,39 @@ static int daemon_fork(void)
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
-/* In the child, once mounted: detach from the terminal and release the
- * parent. Until here a Ctrl-C reaches both; the child's is pending and ends
- * its loop at once. */
-static void daemon_ready(int fd)
+/* The key log_file opened for appending, before the model loads so that a
+ * bad path stops the start on the terminal: its fd, -1 for syslog (no
+ * file, or -f: then stderr stays), or -2 after printing the error. */
+static int open_log_file(const struct atlas_config *cfg, bool foreground)
+{
+	if (foreground || !cfg->log_file[0])
+		return -1;
+	int fd = open(cfg->log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		fprintf(stderr, "atlasd: log_file %s: %s\n", cfg->log_file, strerror(errno));
+		return -2;
+	}
+	return fd;
+}
+
+/* In the child, once mounted: detach from the terminal, send the log to
+ * log_fd (the key log_file) or else to syslog, and release the parent.
+ * Until here a Ctrl-C reaches both; the child's is pending and ends its
+ * loop at once. */
+static void daemon_ready(int fd, int log_fd)
 {
 	setsid();
 	int null = open("/dev/null", O_RDWR);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
 		dup2(null, STDOUT_FILENO);
-		dup2(null, STDERR_FILENO);
+		dup2(log_fd >= 0 ? log_fd : null, STDERR_FILENO);
 		if (null > STDERR_FILENO)
 			close(null);
 	}
+	if (log_fd >= 0)
+		close(log_fd);
+	atlas_log_set_sink(log_fd >= 0 ? ATLAS_LOG_STDERR_WALL : ATLAS_LOG_SYSLOG, "atlasd");
 	if (chdir("/") != 0)
 		log_warn("chdir /: %s", strerror(errno));
 	char ok = 1;
@@ -298,7 +317,8 @@ static void daemon_ready(int fd)
 
 /* Serve until unmounted or signalled; returns the exit status. */
 static int serve(const struct atlas_config *cfg, struct fuse_args *args,
-		 const struct fuse_cmdline_opts *cmd, const char *mountpoint, int ready_fd)
+		 const struct fuse_cmdline_opts *cmd, const char *mountpoint, int ready_fd,
+		 int log_fd)
 {
 	char err[ATLAS_ERRLEN];
 	struct atlas_engine *e = NULL;
@@ -324,7 +344,7 @@ static int serve(const struct atlas_config *cfg, struct fuse_args *args,
 		goto out;
 	}
 	if (ready_fd >= 0)
-		daemon_ready(ready_fd);
+		daemon_ready(ready_fd, log_fd);
 	int rc = notify_systemd("READY=1");
 	if (rc)
 		log_warn("cannot tell systemd that atlasd is ready: %s", strerror(-rc));
@@ -423,6 +443,8 @@ int main(int argc, char **argv)
 	if (build_config(cfg, &o, cmd.debug) == 0) {
 		char mnt[PATH_MAX], err[ATLAS_ERRLEN];
 		const char *given = o.mountpoint ? o.mountpoint : cfg->mountpoint;
+		const bool foreground = cmd.foreground || cmd.debug;
+		int log_fd = -1;
 		if (!*given)
 			fprintf(stderr, "atlasd: no mountpoint (give MOUNTPOINT or the key mountpoint)\n");
 		else if (!fuse_options_ok(&args))
@@ -430,8 +452,8 @@ int main(int argc, char **argv)
 		else if (strncmp(given, "/dev/fd/", 8) &&
 			 mountpoint_prepare(given, mnt, sizeof mnt, err, sizeof err))
 			fprintf(stderr, "atlasd: %s\n", err);
-		else {
-			int ready_fd = cmd.foreground || cmd.debug ? -1 : daemon_fork();
+		else if ((log_fd = open_log_file(cfg, foreground)) != -2) {
+			int ready_fd = foreground ? -1 : daemon_fork();
 			/* Threads started from here on (the engine's, the fs waker, the
 			 * FUSE workers) leave the ending signals to the main thread. */
 			sigset_t sigs;
@@ -442,7 +464,7 @@ int main(int argc, char **argv)
 			sigaddset(&sigs, SIGQUIT);
 			pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 			status = serve(cfg, &args, &cmd,
-				       strncmp(given, "/dev/fd/", 8) ? mnt : given, ready_fd);
+				       strncmp(given, "/dev/fd/", 8) ? mnt : given, ready_fd, log_fd);
 		}
 	}
 	free(cfg);

@@ -253,7 +253,14 @@ const struct atlas_key atlas_keys[] = {
 	     "committed."),
 
 	CHOICE("log", log_level, log_level_names, "info",
-	       "Least severe messages that are logged to stderr: error, warn, info or debug."),
+	       "Least severe messages that are logged: error, warn, info or debug. At info, "
+	       "one line per turn gives its session, prompt and generated tokens, time to "
+	       "first token, tokens/s and finish."),
+	STRING("log", log_file, "",
+	       "Where atlasd logs once it has gone to the background (without -f): empty for "
+	       "syslog (facility daemon, ident atlasd: the journal under systemd), else a file "
+	       "that lines are appended to, with the wall-clock time. In the foreground atlasd "
+	       "and atlas log to stderr."),
 };
 const size_t atlas_n_keys = ATLAS_ARRAY_LEN(atlas_keys);
 

@@ -100,6 +100,7 @@ struct atlas_config {
 
 	/* [log] */
 	char log_level[16];             /* error | warn | info | debug */
+	char log_file[ATLAS_PATH_MAX];  /* atlasd detached: "" syslog, else lines appended here */
 };
 
 /* Fill every field with its table default. */

@@ -7,6 +7,7 @@
 
 #include "common/err.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "engine/internal.h"
 #include "engine/text/stop.h"
 
@@ -75,6 +76,20 @@ static void flush_held(struct atlas_session *s, struct turn *t)
 		out_append(t, tail, (size_t)n);
 }
 
+/* Time to first token (-1 before one) and tokens/s after it (0 below two
+ * tokens) of t. */
+static void turn_rates(const struct turn *t, double *ttft_s, double *tokens_per_s)
+{
+	*ttft_s = -1;
+	*tokens_per_s = 0;
+	if (!t->n_generated)
+		return;
+	*ttft_s = (double)(t->t_first_ns - t->t_submit_ns) * 1e-9;
+	double span = (double)(t->t_last_ns - t->t_first_ns) * 1e-9;
+	if (t->n_generated > 1 && span > 0)
+		*tokens_per_s = (double)(t->n_generated - 1) / span;
+}
+
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg)
 {
 	struct turn *t = session_newest(s);
@@ -97,6 +112,11 @@ void session_end_turn(struct atlas_session *s, int error, const char *finish, co
 	sched_stop(&s->e->sched, &s->req);
 	s->state = error == -EIO ? ATLAS_STATE_ERROR : ATLAS_STATE_IDLE;
 	mark(s);
+	double ttft, tps;
+	turn_rates(t, &ttft, &tps);
+	log_info("turn: session %s turn %llu prompt_tokens %zu generated_tokens %zu ttft_s %.3f "
+		 "tokens_per_s %.1f finish %s", s->name, (unsigned long long)t->number, t->n_prompt,
+		 t->n_generated, ttft, tps, finish);
 }
 
 static bool is_eos(const struct atlas_engine *e, int32_t id)
@@ -397,12 +417,7 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	if (t) {
 		st->prompt_tokens = t->n_prompt;
 		st->generated_tokens = t->n_generated;
-		if (t->n_generated) {
-			st->ttft_s = (double)(t->t_first_ns - t->t_submit_ns) * 1e-9;
-			double span = (double)(t->t_last_ns - t->t_first_ns) * 1e-9;
-			if (t->n_generated > 1 && span > 0)
-				st->tokens_per_s = (double)(t->n_generated - 1) / span;
-		}
+		turn_rates(t, &st->ttft_s, &st->tokens_per_s);
 		snprintf(st->finish, sizeof st->finish, "%s", t->finish);
 	}
 	snprintf(st->last_error, sizeof st->last_error, "%s", s->last_error);

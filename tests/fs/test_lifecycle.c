@@ -223,6 +223,55 @@ static void unmount_background(const struct daemon *d)
 	assert_false(is_mounted(d->mnt));
 }
 
+/* One info line per turn: session, prompt and generated tokens, time to
+ * first token, tokens/s, finish; on stderr with -f. */
+static void test_turn_log_line(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	assert_serves(&f->d);
+	assert_int_equal(daemon_stop(&f->d), 0);
+	/* "ab" in chat mode: the template's tokens, then "ba" and the end token */
+	assert_log_has(&f->d, "info  session.c:");
+	assert_log_has(&f->d, "turn: session s1 turn 1 prompt_tokens ");
+	assert_log_has(&f->d, " generated_tokens 3 ttft_s 0.");
+	assert_log_has(&f->d, " finish eos\n");
+}
+
+/* Detached with log_file: the log, turns included, is appended to the file
+ * with the wall-clock time; a log_file that cannot be opened stops the start
+ * on the terminal. */
+static void test_log_file(void **state)
+{
+	struct fixture *f = *state;
+	char opt[420], path[400];
+	snprintf(path, sizeof path, "%s/atlasd.log", f->d.dir);
+	snprintf(opt, sizeof opt, "log_file=%s", path);
+	const char *args[] = { "-o", f->model_opt, "-o", opt, NULL };
+	assert_int_equal(run(&f->d, args), 0);
+	assert_serves(&f->d);
+	unmount_background(&f->d);
+	char *log;
+	size_t len;
+	for (int i = 0; i < 100; i++) {   /* the daemon's last lines follow the unmount */
+		assert_int_equal(get_file(path, &log, &len), 0);
+		if (strstr(log, "unmounted"))
+			break;
+		free(log);
+		log = NULL;
+		usleep(20000);
+	}
+	assert_non_null(log);
+	assert_non_null(strstr(log, "turn: session s1 turn 1 prompt_tokens "));
+	assert_true(log[0] == '[' && log[5] == '-' && log[11] == 'T');   /* [2026-11-26T... */
+	free(log);
+	const char *bad[] = { "-o", f->model_opt, "-o", "log_file=/nonexistent/dir/log", NULL };
+	assert_int_equal(run(&f->d, bad), 1);
+	assert_log_has(&f->d, "log_file /nonexistent/dir/log");
+	assert_one_line(&f->d);
+}
+
 /* Without -f: atlasd returns once mounted and keeps serving. */
 static void test_background(void **state)
 {
@@ -387,6 +436,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_missing_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_background, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_turn_log_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fusermount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_with_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_refused, setup, teardown),
