@@ -149,8 +149,15 @@ int atlas_session_read(struct atlas_session *s, uint64_t turn, uint64_t off, cha
 int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **prompt,
 			      size_t *n_prompt, int32_t **generated, size_t *n_generated);
 
-/* The whole transcript as text (malloc'd, NUL-terminated; caller frees). */
+/* The whole transcript as text (malloc'd, NUL-terminated; caller frees):
+ * per turn "### turn N user" (raw mode: prompt), its prompt, "### turn N
+ * assistant" (output), the answer so far, and once the turn has ended
+ * "### turn N end: FINISH". It only grows (until reset), so that a reader
+ * that follows it (tail -f) reads on from where it was. */
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len);
+/* Bytes of that transcript now, and of the answer text of all turns
+ * together, without making the text. */
+int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers);
 
 struct atlas_session_status {
 	enum atlas_state state;

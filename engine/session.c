@@ -425,19 +425,50 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	return 0;
 }
 
-/* One turn of the transcript: a header line per side, then its text. */
-static void history_turn(FILE *f, const struct turn *t)
+/* n bytes to f (NULL: counted only); returns n. */
+static size_t emit(FILE *f, const char *p, size_t n)
+{
+	if (f)
+		fwrite(p, 1, n, f);
+	return n;
+}
+
+/* One turn of the transcript (engine.h) to f, or only counted with f NULL:
+ * a header line per side, then its text; the end line once it is over. A
+ * running turn's text gets no line break of its own, which more text would
+ * then follow: the transcript only grows. Returns its bytes. */
+static size_t history_turn(FILE *f, const struct turn *t)
 {
 	bool chat = t->mode == ATLAS_MODE_CHAT;
-	fprintf(f, "### turn %llu %s\n", (unsigned long long)t->number, chat ? "user" : "prompt");
-	fwrite(t->prompt, 1, t->prompt_len, f);
+	unsigned long long n = (unsigned long long)t->number;
+	char line[96];
+	size_t len = emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu %s\n", n,
+						       chat ? "user" : "prompt"));
+	len += emit(f, t->prompt, t->prompt_len);
 	if (t->prompt_len && t->prompt[t->prompt_len - 1] != '\n')
-		fputc('\n', f);
-	fprintf(f, "### turn %llu %s (%s)\n", (unsigned long long)t->number,
-		chat ? "assistant" : "output", t->done ? t->finish : "running");
-	fwrite(t->out, 1, t->out_len, f);
-	if (t->out_len && t->out[t->out_len - 1] != '\n')
-		fputc('\n', f);
+		len += emit(f, "\n", 1);
+	len += emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu %s\n", n,
+					      chat ? "assistant" : "output"));
+	len += emit(f, t->out, t->out_len);
+	if (t->done) {
+		if (t->out_len && t->out[t->out_len - 1] != '\n')
+			len += emit(f, "\n", 1);
+		len += emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu end: %s\n",
+						      n, t->finish));
+	}
+	return len;
+}
+
+int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers)
+{
+	*history = *answers = 0;
+	pthread_mutex_lock(&s->e->lock);
+	for (size_t i = 0; i < s->n_turns; i++) {
+		*history += history_turn(NULL, s->turns[i]);
+		*answers += s->turns[i]->out_len;
+	}
+	pthread_mutex_unlock(&s->e->lock);
+	return 0;
 }
 
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len)

@@ -136,6 +136,8 @@ struct fs_file {
 	size_t in_whole;                 /* FK_IN: bytes of buf checked as whole UTF-8
 					  * characters (a write may end inside one) */
 	struct fs_ctl_batch ctl;         /* FK_CTL: lines written since the last flush */
+	bool follows;                    /* FK_TEXT of history: buf is the transcript at open,
+					  * which only grows; a read past it reads it anew */
 	struct fs_out out;               /* FK_OUT */
 };
 
