@@ -97,6 +97,8 @@ struct fs_session {
 	pthread_mutex_t lock;
 	struct atlas_session *es;        /* NULL once closed; engine calls only under lock */
 	struct fs_out *outs;             /* open out handles */
+	char ctl_error[256];             /* why the last refused ctl write was refused, "" once
+					  * a batch applied (ctl.c shows it) */
 
 	struct fs_session *wake_next;    /* the waker's list of one pass (waker only) */
 };

@@ -206,9 +206,24 @@ static void render_readme(FILE *f, const struct atlas_fs *fs, const struct atlas
 		"           ends with an error (EIO, ECANCELED) after its text; `tail -f`\n"
 		"           shows the turn that was newest when it started, then waits\n"
 		"  ctl      settings, one `key value` per line; write lines to change them\n"
+		"           (below); a bad line fails its write with EINVAL and reading\n"
+		"           ctl back then ends with `# error: WHY`\n"
 		"  history  every turn of the session; it only grows (until reset), so\n"
 		"           `tail -f s1/history` follows the conversation\n"
-		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n"
+		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n");
+	fprintf(f,
+		"ctl settings and their values:\n"
+		"  temperature  0 to 100 (0: greedy)   top_p       above 0, at most 1\n"
+		"  top_k        0 (off) to 2^30        max_tokens  1 to 2^30\n"
+		"  seed         0 to 2^64-1            mode        chat or raw\n"
+		"  ignore_eos   0 or 1                 spec        off, auto, ngram, draft, mtp\n"
+		"  spec_k       1 to %d\n"
+		"  stop         one string per line, at most %d of %d bytes; `stop` alone clears\n"
+		"  system       the system prompt of chat mode, at most %d bytes\n"
+		"  (stop and system take the escapes \\n \\r \\t \\\\)\n"
+		"  cancel       end the running turn;  reset  forget the history\n\n",
+		ATLAS_SPEC_K_MAX, ATLAS_STOP_MAX, ATLAS_STOP_LEN - 1, ATLAS_SYSTEM_MAX - 1);
+	fprintf(f,
 		"ctl/:\n"
 		"  slots    one line per engine slot\n"
 		"  kv       KV cache blocks per tier and swapping\n"

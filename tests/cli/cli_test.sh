@@ -187,6 +187,12 @@ case_generate() {
 	done
 	[ "$n" -ge 1 ] && [ "$n" -le 8 ] || fail "$n ids generated with --max-tokens 8"
 
+	# A prompt longer than the context: the key to change, no ctl file to write.
+	expect 1 generate $args -o context=4
+	grep -q "prompt of 5 tokens is longer than the context of 4 tokens (the key context)" \
+		"$tmp/err" || fail "generate, prompt over the context: $(cat "$tmp/err")"
+	grep -q ctl "$tmp/err" && fail "generate's message speaks of ctl: $(cat "$tmp/err")"
+
 	expect 0 generate $args
 	cp "$tmp/out" "$tmp/text1"
 	[ -s "$tmp/text1" ] || fail "generate printed nothing"

@@ -85,6 +85,17 @@ static void test_ctl(void **state)
 	assert_int_equal(put_file(path, "top_k 9\ncancel now\n"), -EINVAL);
 	assert_value(path, "temperature", "0.25");
 	assert_value(path, "top_k", "7");
+	/* Reading ctl back says why the last write was refused, as a comment
+	 * that the settings read back and written again skip; a batch that
+	 * applies clears it. */
+	assert_int_equal(put_file(path, "top_p 2\n"), -EINVAL);
+	assert_value(path, "# error:", "top_p: 2 is not in (0, 1]");
+	char *settings;
+	size_t n_settings;
+	assert_int_equal(get_file(path, &settings, &n_settings), 0);
+	assert_int_equal(put_file(path, settings), 0);
+	free(settings);
+	assert_null(value_of(path, "# error:"));
 	/* Shells write a redirection line by line: the lines of one handle apply
 	 * together at close, and a bad one fails its write, the later ones and
 	 * the close. */
