@@ -267,6 +267,29 @@ struct atlas_ep_stats {
 	struct atlas_ep_rank rank[ATLAS_EP_RANKS];
 };
 
+/* Latency histograms of turns (ctl/metrics, as vLLM's): the same bucket
+ * bounds, in seconds, for all; bucket[i] counts the observations in
+ * (bound[i-1], bound[i]], the last bucket those above the last bound. */
+#define ATLAS_LAT_BUCKETS 16
+extern const double atlas_lat_bounds[ATLAS_LAT_BUCKETS - 1];
+struct atlas_lat_hist {
+	uint64_t count;
+	double sum_s;
+	uint64_t bucket[ATLAS_LAT_BUCKETS];
+};
+
+/* How turns end: the finish of sK/status. */
+enum atlas_finish { ATLAS_FINISH_STOP, ATLAS_FINISH_LENGTH, ATLAS_FINISH_EOS,
+		    ATLAS_FINISH_ERROR, ATLAS_FINISH_CANCELLED, ATLAS_FINISH_N };
+extern const char *const atlas_finish_names[ATLAS_FINISH_N];
+
+struct atlas_turn_stats {
+	struct atlas_lat_hist ttft;       /* commit to first token */
+	struct atlas_lat_hist itl;        /* between two tokens of a turn */
+	struct atlas_lat_hist queue;      /* commit to the turn's first engine step */
+	uint64_t finished[ATLAS_FINISH_N];        /* turns ended, by finish */
+};
+
 struct atlas_engine_stats {
 	char model[ATLAS_PATH_MAX];       /* model directory */
 	char architecture[64];            /* "Qwen3ForCausalLM" */
@@ -292,6 +315,7 @@ struct atlas_engine_stats {
 	struct atlas_kv_stats kv;
 	struct atlas_spec_stats spec;
 	struct atlas_ep_stats ep;
+	struct atlas_turn_stats turns;
 };
 int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *out);
 

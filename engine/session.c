@@ -106,6 +106,7 @@ void session_end_turn(struct atlas_session *s, int error, const char *finish, co
 	t->done = true;
 	t->error = error;
 	snprintf(t->finish, sizeof t->finish, "%s", finish);
+	latency_finished(&s->e->turn_stats, finish);
 	t->t_last_ns = atlas_now_ns();
 	if (msg)
 		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
@@ -156,8 +157,12 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 		return;
 	}
 	uint64_t now = atlas_now_ns();
-	if (!t->n_generated)
+	if (!t->n_generated) {
 		t->t_first_ns = now;
+		latency_observe(&e->turn_stats.ttft, now - t->t_submit_ns);
+	} else {
+		latency_observe(&e->turn_stats.itl, now - t->t_last_ns);
+	}
 	t->t_last_ns = now;
 	t->n_generated++;
 	e->generated_tokens_total++;

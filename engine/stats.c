@@ -120,6 +120,7 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->step_tokens_total = e->step_tokens_total;
 	o->busy_seconds_total = e->busy_s;
 	o->uptime_s = (double)(atlas_now_ns() - e->t_open_ns) * 1e-9;
+	o->turns = e->turn_stats;
 	fill_slots(e, o);
 	fill_kv(e, &o->kv);
 	spec_stats(e, &o->spec);
