@@ -21,7 +21,7 @@ const char *atlas_state_name(enum atlas_state s)
 
 const char *atlas_tier_name(enum atlas_tier t)
 {
-	static const char *const names[] = { "hbm", "host", "disk" };
+	static const char *const names[] = { "device", "host", "disk" };
 	return (unsigned)t < ATLAS_ARRAY_LEN(names) ? names[t] : "?";
 }
 

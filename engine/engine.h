@@ -35,7 +35,7 @@ enum atlas_state {
 };
 const char *atlas_state_name(enum atlas_state s);
 
-enum atlas_tier { ATLAS_TIER_HBM, ATLAS_TIER_HOST, ATLAS_TIER_DISK, ATLAS_TIERS };
+enum atlas_tier { ATLAS_TIER_DEVICE, ATLAS_TIER_HOST, ATLAS_TIER_DISK, ATLAS_TIERS };
 const char *atlas_tier_name(enum atlas_tier t);
 
 /* ---- engine ---- */

@@ -41,13 +41,13 @@ static void one_line(char *dst, size_t len, const char *src)
 
 static void render_slots(FILE *f, const struct atlas_engine_stats *st)
 {
-	fprintf(f, "slot session state position kv_blocks_hbm kv_blocks_host kv_blocks_disk "
+	fprintf(f, "slot session state position kv_blocks_device kv_blocks_host kv_blocks_disk "
 		   "draft_acceptance spec tokens_per_second\n");
 	for (int i = 0; i < st->n_slots && i < ATLAS_MAX_SLOTS; i++) {
 		const struct atlas_slot_stats *sl = &st->slots[i];
 		fprintf(f, "%d %s %s %" PRIu64 " %u %u %u %.6g %s %.6g\n", sl->slot,
 			sl->session[0] ? sl->session : "-", atlas_state_name(sl->state), sl->position,
-			sl->kv_blocks[ATLAS_TIER_HBM], sl->kv_blocks[ATLAS_TIER_HOST],
+			sl->kv_blocks[ATLAS_TIER_DEVICE], sl->kv_blocks[ATLAS_TIER_HOST],
 			sl->kv_blocks[ATLAS_TIER_DISK], sl->draft_acceptance,
 			sl->spec[0] ? sl->spec : "-", sl->tokens_per_s);
 	}
@@ -314,7 +314,7 @@ int fs_render_status(const struct atlas_session_status *st, char **text, size_t 
 	kv_u64(f, "generated_tokens", st->generated_tokens);
 	kv_u64(f, "context_tokens", st->context_tokens);
 	kv_u64(f, "context_max", st->context_max);
-	kv_u64(f, "kv_blocks_hbm", st->kv_blocks[ATLAS_TIER_HBM]);
+	kv_u64(f, "kv_blocks_device", st->kv_blocks[ATLAS_TIER_DEVICE]);
 	kv_u64(f, "kv_blocks_host", st->kv_blocks[ATLAS_TIER_HOST]);
 	kv_u64(f, "kv_blocks_disk", st->kv_blocks[ATLAS_TIER_DISK]);
 	kv_dbl(f, "ttft_seconds", st->ttft_s);

@@ -375,7 +375,7 @@ static void test_history_status_reset(void **state)
 	assert_value(st, "finish", "eos");
 	assert_value(st, "last_error", "");
 	const char *keys[] = { "slot", "turns", "prompt_tokens", "context_tokens", "context_max",
-			       "kv_blocks_hbm", "kv_blocks_host", "kv_blocks_disk",
+			       "kv_blocks_device", "kv_blocks_host", "kv_blocks_disk",
 			       "ttft_seconds", "tokens_per_second" };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(keys); i++) {
 		char *v = value_of(st, keys[i]);

@@ -386,6 +386,8 @@ static void test_metrics(void **state)
 		fail_msg("ctl/metrics: %s", err);
 	assert_non_null(strstr(text, "\natlas_turns_total "));
 	assert_non_null(strstr(text, "atlas_slot_kv_blocks{slot=\"2\",tier=\"disk\"} 0\n"));
+	/* The first tier is the device's, whatever its memory is called. */
+	assert_non_null(strstr(text, "atlas_slot_kv_blocks{slot=\"2\",tier=\"device\"} "));
 	/* The model's path holds a quote and a backslash (client.h). */
 	char label[1200] = "atlas_engine_info{model=\"";
 	for (const char *c = D.model; *c; c++) {

@@ -428,7 +428,7 @@ static const char *tier_of(struct atlas_session *s)
 	double t0 = atlas_now_s();
 	do {
 		atlas_session_status(s, &st);
-	} while (st.kv_blocks[ATLAS_TIER_HBM] && atlas_now_s() - t0 < 60 && !usleep(1000));
+	} while (st.kv_blocks[ATLAS_TIER_DEVICE] && atlas_now_s() - t0 < 60 && !usleep(1000));
 	int best = 0;
 	for (int t = 1; t < ATLAS_TIERS; t++)
 		if (st.kv_blocks[t] > st.kv_blocks[best])
