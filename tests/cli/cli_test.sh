@@ -127,6 +127,18 @@ case_bench() {
 	grep -qE '^prefill +1 +300 +300 ' "$tmp/out" || fail "bench --resume: no prefill row"
 	grep -qE '^resume-host +1 +300 +300 ' "$tmp/out" ||
 		fail "bench --resume: no resume row from the host tier: $(cat "$tmp/out")"
+	# What cannot fit is skipped before it runs: a prompt within the context
+	# but over the KV pool.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=1M \
+		-o context=4096 --prompt-tokens 4000 --batch 1 --context 0 --gen-tokens 4
+	grep -qE '^prefill +1 +4000 +skipped: its KV does not fit the pool' "$tmp/out" ||
+		fail "bench: a prompt over the KV pool is not skipped: $(cat "$tmp/out")"
+	# The cpu's defaults: rows that end in seconds on a small model.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=64M -o backend=cpu
+	rows=$(grep -cE '^(prefill|decode) ' "$tmp/out")
+	grep -qE '^prefill +1 +512 +512 ' "$tmp/out" && grep -qE '^decode +8 +32 ' "$tmp/out" &&
+		grep -qE '^decode +1 +1024 ' "$tmp/out" && [ "$rows" = 7 ] ||
+		fail "bench: not the cpu's default rows: $(cat "$tmp/out")"
 	expect_error 1 bench --dummy-weights --shape 9b $quiet
 	grep -q "no shape called 'qwen3-9b' (known: qwen3-0.6b" "$tmp/err" ||
 		fail "bench: unknown shape message: $(cat "$tmp/err")"
