@@ -174,7 +174,7 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 		if (n == 0)
 			snprintf(msg, sizeof msg, "the prompt has no tokens");
 		else if (s->req.n_tokens == 0)
-			snprintf(msg, sizeof msg, "prompt of %zu tokens is longer than the context "
+			snprintf(msg, sizeof msg, "prompt of %zu tokens does not fit the context "
 				 "of %d tokens (the key context)", n, e->context);
 		else
 			snprintf(msg, sizeof msg,

@@ -201,7 +201,7 @@ case_generate() {
 
 	# A prompt longer than the context: the key to change, no ctl file to write.
 	expect 1 generate $args -o context=4
-	grep -q "prompt of 5 tokens is longer than the context of 4 tokens (the key context)" \
+	grep -q "prompt of 5 tokens does not fit the context of 4 tokens (the key context)" \
 		"$tmp/err" || fail "generate, prompt over the context: $(cat "$tmp/err")"
 	grep -q ctl "$tmp/err" && fail "generate's message speaks of ctl: $(cat "$tmp/err")"
 
