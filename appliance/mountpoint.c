@@ -66,10 +66,11 @@ static struct mount_entry find_mount(const char *path)
 	return m;
 }
 
-/* atlasd mounts with subtype and fsname atlas (appliance/atlasd.c). */
+/* atlasd mounts with subtype and fsname atlas (appliance/atlasd.c); one
+ * that did not name them got libfuse's default, its program's name. */
 static bool is_atlas(const struct mount_entry *m)
 {
-	return m->found && (!strcmp(m->type, "fuse.atlas") ||
+	return m->found && (!strcmp(m->type, "fuse.atlas") || !strcmp(m->type, "fuse.atlasd") ||
 			    (!strcmp(m->type, "fuse") && !strcmp(m->source, "atlas")));
 }
 
