@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,6 +290,23 @@ static int open_log_file(const struct atlas_config *cfg, bool foreground)
 	return fd;
 }
 
+/* libfuse's own messages, once detached, join atlas's log instead of a
+ * stderr that is gone. */
+static void fuse_to_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	msg[strcspn(msg, "\n")] = 0;
+	if (level <= FUSE_LOG_ERR)
+		log_error("fuse: %s", msg);
+	else if (level == FUSE_LOG_WARNING)
+		log_warn("fuse: %s", msg);
+	else if (level < FUSE_LOG_DEBUG)
+		log_info("fuse: %s", msg);
+	else
+		log_debug("fuse: %s", msg);
+}
+
 /* In the child, once mounted: detach from the terminal, send the log to
  * log_fd (the key log_file) or else to syslog, and release the parent.
  * Until here a Ctrl-C reaches both; the child's is pending and ends its
@@ -307,6 +325,7 @@ static void daemon_ready(int fd, int log_fd)
 	if (log_fd >= 0)
 		close(log_fd);
 	atlas_log_set_sink(log_fd >= 0 ? ATLAS_LOG_STDERR_WALL : ATLAS_LOG_SYSLOG, "atlasd");
+	fuse_set_log_func(fuse_to_log);
 	if (chdir("/") != 0)
 		log_warn("chdir /: %s", strerror(errno));
 	char ok = 1;
