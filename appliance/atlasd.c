@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "appliance/mountpoint.h"
+#include "appliance/notify.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -56,6 +59,8 @@ struct setting {
 struct options {
 	char *config_file;
 	char *worker;                   /* --worker RANK: an expert-parallelism worker */
+	char *mountpoint;               /* MOUNTPOINT as given; FUSE never sees it */
+	char *extra;                    /* a second argument that is not an option */
 	struct setting *settings;       /* -o key=value for the config, in order */
 	size_t n_settings;
 	bool failed;                    /* out of memory while collecting */
@@ -79,10 +84,20 @@ static bool is_fuse_name(const char *arg)
 	return false;
 }
 
-/* Keeps (returns 1) what is FUSE's; collects configuration keys. */
+/* Keeps (returns 1) what is FUSE's; collects configuration keys and the
+ * mountpoint, which atlasd checks itself (mountpoint.c: FUSE's own check
+ * cannot tell a missing mountpoint from a stale mount or a bad option). */
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	struct options *o = data;
+	if (key == FUSE_OPT_KEY_NONOPT) {
+		char **slot = o->mountpoint ? &o->extra : &o->mountpoint;
+		if (!*slot && !(*slot = strdup(arg))) {
+			o->failed = true;
+			return -1;
+		}
+		return 0;
+	}
 	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-' || is_fuse_name(arg))
 		return 1;
 	struct setting *s = realloc(o->settings, (o->n_settings + 1) * sizeof *s);
@@ -111,6 +126,8 @@ static void options_free(struct options *o)
 	free(o->settings);
 	free(o->config_file);
 	free(o->worker);
+	free(o->mountpoint);
+	free(o->extra);
 }
 
 static void usage(const char *prog)
@@ -121,8 +138,9 @@ static void usage(const char *prog)
 	       "s1/out streams the answer, ctl/ shows the engine (see README in the mount).\n"
 	       "Without -f, atlasd goes to the background once the model is loaded and mounted.\n\n"
 	       "Options:\n"
-	       "    --config FILE          read the configuration from FILE (INI; default: no file,\n"
-	       "                           the built-in defaults; config/atlas.conf documents keys)\n"
+	       "    --config FILE          read the configuration from FILE (INI; default: the\n"
+	       "                           installed PREFIX/etc/atlas/atlas.conf when atlasd is\n"
+	       "                           installed, else the built-in defaults; atlas.conf(5))\n"
 	       "    -o KEY=VALUE[,...]     set a configuration key, over the file; a bare KEY\n"
 	       "                           sets a boolean key to true (-o allow_other)\n"
 	       "    -o OPTION              a FUSE option (fsname=, auto_unmount, max_threads=, ...)\n"
@@ -165,9 +183,13 @@ static void usage(const char *prog)
 /* Table defaults, the file, then the -o settings; then checked as a whole. */
 static int build_config(struct atlas_config *c, const struct options *o, bool debug)
 {
-	char err[ATLAS_ERRLEN];
+	char err[ATLAS_ERRLEN], installed[PATH_MAX];
 	atlas_config_defaults(c);
-	if (o->config_file && atlas_config_load(c, o->config_file, err, sizeof err)) {
+	/* An installed atlasd reads the installed atlas.conf unless told a file. */
+	const char *file = o->config_file;
+	if (!file && atlas_config_installed_file(installed, sizeof installed) == 0)
+		file = installed;
+	if (file && atlas_config_load(c, file, err, sizeof err)) {
 		fprintf(stderr, "atlasd: %s\n", err);
 		return -1;
 	}
@@ -204,6 +226,22 @@ static int build_config(struct atlas_config *c, const struct options *o, bool de
 	return 0;
 }
 
+/* FUSE's own options, tried on a session that is never mounted, so that a
+ * bad one is reported (libfuse prints which) before the model loads. */
+static bool fuse_options_ok(const struct fuse_args *args)
+{
+	static const struct fuse_lowlevel_ops no_ops;
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	bool ok = true;
+	for (int i = 0; ok && i < args->argc; i++)
+		ok = fuse_opt_add_arg(&copy, args->argv[i]) == 0;
+	struct fuse_session *se = ok ? fuse_session_new(&copy, &no_ops, sizeof no_ops, NULL) : NULL;
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&copy);
+	return se != NULL;
+}
+
 /* Fork; the parent waits until the child reports that it is mounted (one
  * byte on the pipe) and exits 0, or exits with the child's status. Returns
  * in the child only, with the pipe's write end. */
@@ -237,20 +275,57 @@ static int daemon_fork(void)
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
-/* In the child, once mounted: detach from the terminal and release the
- * parent. Until here a Ctrl-C reaches both; the child's is pending and ends
- * its loop at once. */
-static void daemon_ready(int fd)
+/* The key log_file opened for appending, before the model loads so that a
+ * bad path stops the start on the terminal: its fd, -1 for syslog (no
+ * file, or -f: then stderr stays), or -2 after printing the error. */
+static int open_log_file(const struct atlas_config *cfg, bool foreground)
+{
+	if (foreground || !cfg->log_file[0])
+		return -1;
+	int fd = open(cfg->log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		fprintf(stderr, "atlasd: log_file %s: %s\n", cfg->log_file, strerror(errno));
+		return -2;
+	}
+	return fd;
+}
+
+/* libfuse's own messages, once detached, join atlas's log instead of a
+ * stderr that is gone. */
+static void fuse_to_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	msg[strcspn(msg, "\n")] = 0;
+	if (level <= FUSE_LOG_ERR)
+		log_error("fuse: %s", msg);
+	else if (level == FUSE_LOG_WARNING)
+		log_warn("fuse: %s", msg);
+	else if (level < FUSE_LOG_DEBUG)
+		log_info("fuse: %s", msg);
+	else
+		log_debug("fuse: %s", msg);
+}
+
+/* In the child, once mounted: detach from the terminal, send the log to
+ * log_fd (the key log_file) or else to syslog, and release the parent.
+ * Until here a Ctrl-C reaches both; the child's is pending and ends its
+ * loop at once. */
+static void daemon_ready(int fd, int log_fd)
 {
 	setsid();
 	int null = open("/dev/null", O_RDWR);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
 		dup2(null, STDOUT_FILENO);
-		dup2(null, STDERR_FILENO);
+		dup2(log_fd >= 0 ? log_fd : null, STDERR_FILENO);
 		if (null > STDERR_FILENO)
 			close(null);
 	}
+	if (log_fd >= 0)
+		close(log_fd);
+	atlas_log_set_sink(log_fd >= 0 ? ATLAS_LOG_STDERR_WALL : ATLAS_LOG_SYSLOG, "atlasd");
+	fuse_set_log_func(fuse_to_log);
 	if (chdir("/") != 0)
 		log_warn("chdir /: %s", strerror(errno));
 	char ok = 1;
@@ -261,7 +336,8 @@ static void daemon_ready(int fd)
 
 /* Serve until unmounted or signalled; returns the exit status. */
 static int serve(const struct atlas_config *cfg, struct fuse_args *args,
-		 const struct fuse_cmdline_opts *cmd, const char *mountpoint, int ready_fd)
+		 const struct fuse_cmdline_opts *cmd, const char *mountpoint, int ready_fd,
+		 int log_fd)
 {
 	char err[ATLAS_ERRLEN];
 	struct atlas_engine *e = NULL;
@@ -287,13 +363,17 @@ static int serve(const struct atlas_config *cfg, struct fuse_args *args,
 		goto out;
 	}
 	if (ready_fd >= 0)
-		daemon_ready(ready_fd);
+		daemon_ready(ready_fd, log_fd);
+	int rc = notify_systemd("READY=1");
+	if (rc)
+		log_warn("cannot tell systemd that atlasd is ready: %s", strerror(-rc));
 
 	/* Only this thread takes SIGTERM/SIGINT/SIGHUP, so that they end the loop. */
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	pthread_sigmask(SIG_SETMASK, &sigs, NULL);
-	int rc = atlas_fs_loop(fs, cmd);
+	rc = atlas_fs_loop(fs, cmd);
+	notify_systemd("STOPPING=1");
 	fuse_remove_signal_handlers(se);
 	if (rc)
 		log_error("the FUSE loop failed: %s", strerror(-rc));
@@ -342,6 +422,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "atlasd: %s\n", o.failed ? "out of memory" : "bad options (see --help)");
 		goto out;
 	}
+	if (o.extra) {
+		fprintf(stderr, "atlasd: one MOUNTPOINT only: %s, then %s (see --help)\n",
+			o.mountpoint, o.extra);
+		goto out;
+	}
+	/* Mounts say what they are (mount(8), /proc/mounts: "atlas on DIR type
+	 * fuse.atlas"), which is how mountpoint.c knows atlas's own; a later
+	 * -o fsname= or subtype= still wins. */
+	if (fuse_opt_insert_arg(&args, 1, "-osubtype=atlas,fsname=atlas")) {
+		fprintf(stderr, "atlasd: out of memory\n");
+		goto out;
+	}
 	if (fuse_parse_cmdline(&args, &cmd) != 0) {
 		fprintf(stderr, "atlasd: bad options (see --help)\n");
 		goto out;
@@ -368,13 +460,19 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (build_config(cfg, &o, cmd.debug) == 0) {
-		char mnt[PATH_MAX];
-		if (!cmd.mountpoint && !cfg->mountpoint[0])
+		char mnt[PATH_MAX], err[ATLAS_ERRLEN];
+		const char *given = o.mountpoint ? o.mountpoint : cfg->mountpoint;
+		const bool foreground = cmd.foreground || cmd.debug;
+		int log_fd = -1;
+		if (!*given)
 			fprintf(stderr, "atlasd: no mountpoint (give MOUNTPOINT or the key mountpoint)\n");
-		else if (!cmd.mountpoint && !realpath(cfg->mountpoint, mnt))
-			fprintf(stderr, "atlasd: mountpoint %s: %s\n", cfg->mountpoint, strerror(errno));
-		else {
-			int ready_fd = cmd.foreground || cmd.debug ? -1 : daemon_fork();
+		else if (!fuse_options_ok(&args))
+			fprintf(stderr, "atlasd: bad FUSE options (see above and --help)\n");
+		else if (strncmp(given, "/dev/fd/", 8) &&
+			 mountpoint_prepare(given, mnt, sizeof mnt, err, sizeof err))
+			fprintf(stderr, "atlasd: %s\n", err);
+		else if ((log_fd = open_log_file(cfg, foreground)) != -2) {
+			int ready_fd = foreground ? -1 : daemon_fork();
 			/* Threads started from here on (the engine's, the fs waker, the
 			 * FUSE workers) leave the ending signals to the main thread. */
 			sigset_t sigs;
@@ -384,8 +482,8 @@ int main(int argc, char **argv)
 			sigaddset(&sigs, SIGHUP);
 			sigaddset(&sigs, SIGQUIT);
 			pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-			status = serve(cfg, &args, &cmd, cmd.mountpoint ? cmd.mountpoint : mnt,
-				       ready_fd);
+			status = serve(cfg, &args, &cmd,
+				       strncmp(given, "/dev/fd/", 8) ? mnt : given, ready_fd, log_fd);
 		}
 	}
 	free(cfg);

@@ -1,11 +1,17 @@
-/* Logging to stderr with a level, a monotonic timestamp and the source.
- * Never on the decode hot path. */
+/* Logging with a level and the source: to stderr with a monotonic timestamp
+ * (the default), to stderr with the wall-clock time (a log file that stderr
+ * was pointed at), or to syslog (a daemon). Never on the decode hot path. */
 #ifndef ATLAS_COMMON_LOG_H
 #define ATLAS_COMMON_LOG_H
 
 enum atlas_log_level { ATLAS_LOG_ERROR, ATLAS_LOG_WARN, ATLAS_LOG_INFO, ATLAS_LOG_DEBUG };
 
+enum atlas_log_sink { ATLAS_LOG_STDERR, ATLAS_LOG_STDERR_WALL, ATLAS_LOG_SYSLOG };
+
 void atlas_log_set_level(enum atlas_log_level level);
+/* Where lines go from now on; ATLAS_LOG_SYSLOG opens syslog as ident with
+ * facility daemon. */
+void atlas_log_set_sink(enum atlas_log_sink sink, const char *ident);
 /* Parse "error", "warn", "info" or "debug"; -EINVAL otherwise. */
 int atlas_log_parse_level(const char *name, enum atlas_log_level *out);
 

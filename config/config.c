@@ -14,10 +14,6 @@
 
 #include "common/err.h"
 
-#ifndef ATLAS_DEFAULT_MODEL
-#error "config/meson.build defines ATLAS_DEFAULT_MODEL"
-#endif
-
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const load_format_names[] = { "files", "dummy", NULL };
 static const char *const mode_names[] = { "auto", "chat", "raw", NULL };
@@ -67,8 +63,10 @@ static const char *const log_level_names[] = { "error", "warn", "info", "debug",
 const struct atlas_key atlas_keys[] = {
 	STRING("model", model, "",
 	       "Hugging Face model directory: config.json, the *.safetensors weights and, for "
-	       "text prompts, tokenizer.json. Empty: the model directory chosen when atlas was "
-	       "built (meson option default_model)."),
+	       "text prompts, tokenizer.json. Empty: the default model, atlas-next, where atlas "
+	       "is installed (PREFIX/share/atlas/models/atlas-next), else in the source tree "
+	       "it was built from, or the directory chosen when atlas was built (meson option "
+	       "default_model)."),
 	CHOICE("model", load_format, load_format_names, "files",
 	       "files reads the weights from the model directory. dummy makes random weights of "
 	       "a known shape on the device instead, for benchmarks without weight files: model "
@@ -256,7 +254,14 @@ const struct atlas_key atlas_keys[] = {
 	     "committed."),
 
 	CHOICE("log", log_level, log_level_names, "info",
-	       "Least severe messages that are logged to stderr: error, warn, info or debug."),
+	       "Least severe messages that are logged: error, warn, info or debug. At info, "
+	       "one line per turn gives its session, prompt and generated tokens, time to "
+	       "first token, tokens/s and finish."),
+	STRING("log", log_file, "",
+	       "Where atlasd logs once it has gone to the background (without -f): empty for "
+	       "syslog (facility daemon, ident atlasd: the journal under systemd), else a file "
+	       "that lines are appended to, with the wall-clock time. In the foreground atlasd "
+	       "and atlas log to stderr."),
 };
 const size_t atlas_n_keys = ATLAS_ARRAY_LEN(atlas_keys);
 
@@ -730,5 +735,5 @@ int atlas_spec_parse(const char *text, enum atlas_spec *out)
 
 const char *atlas_config_model_dir(const struct atlas_config *c)
 {
-	return c->model[0] ? c->model : ATLAS_DEFAULT_MODEL;
+	return c->model[0] ? c->model : atlas_config_default_model();
 }

@@ -100,6 +100,7 @@ struct atlas_config {
 
 	/* [log] */
 	char log_level[16];             /* error | warn | info | debug */
+	char log_file[ATLAS_PATH_MAX];  /* atlasd detached: "" syslog, else lines appended here */
 };
 
 /* Fill every field with its table default. */
@@ -121,9 +122,21 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
  * shipped config/atlas.conf. Returns the length written (snprintf semantics). */
 size_t atlas_config_format(const struct atlas_config *c, bool documented, char *buf, size_t len);
 
-/* The model directory to load: c->model, or when that is empty the directory
- * chosen at build time (meson option default_model). */
+/* The manual page atlas.conf(5) in roff: every key of the table with its
+ * default, documentation and valid values. Returns the length written
+ * (snprintf semantics). */
+size_t atlas_config_man(const char *version, char *buf, size_t len);
+
+/* The model directory to load: c->model, or when that is empty
+ * atlas_config_default_model(). */
 const char *atlas_config_model_dir(const struct atlas_config *c);
+/* paths.c: the meson option default_model when it was given; else the
+ * installed model (PREFIX/share/atlas/models/atlas-next, PREFIX found from
+ * the running binary's path) when it exists; else the source tree's. */
+const char *atlas_config_default_model(void);
+/* paths.c: the installed atlas.conf (PREFIX/etc/atlas/atlas.conf) into buf;
+ * -ENOENT when the binary is not installed or the file is missing. */
+int atlas_config_installed_file(char *buf, size_t len);
 
 /* Parse "512", "64K", "2M", "1G" (powers of 1024). */
 int atlas_parse_size(const char *text, uint64_t *out);

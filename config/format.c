@@ -1,6 +1,7 @@
 /* Rendering a configuration as INI text that atlas_config_load reads back to
  * the same values: ctl/config, `atlas config`, and with documentation the
- * shipped config/atlas.conf. */
+ * shipped config/atlas.conf; and the key table as the manual page
+ * atlas.conf(5) (`atlas config --man`). */
 #include "config/config.h"
 #include "config/keys.h"
 
@@ -135,5 +136,96 @@ size_t atlas_config_format(const struct atlas_config *c, bool documented, char *
 		atlas_key_text(c, k, value, sizeof value);
 		put_value(&o, k, value);
 	}
+	return o.pos;
+}
+
+/* ---- atlas.conf(5): the same table as a manual page ---- */
+
+/* Text for roff: a backslash as \e, a line never starting with a control
+ * character ('.' or '\''). */
+static void put_roff(struct out *o, const char *s)
+{
+	if (*s == '.' || *s == '\'')
+		put(o, "\\&");
+	for (; *s; s++) {
+		if (*s == '\\')
+			put(o, "\\e");
+		else if (*s == '-')
+			put(o, "\\-");
+		else
+			put(o, "%c", *s);
+	}
+}
+
+/* The values k takes, as atlas_key_set checks them. */
+static void put_range(struct out *o, const struct atlas_key *k)
+{
+	switch (k->type) {
+	case KEY_CHOICE:
+	case KEY_ENUM:
+		put(o, "One of");
+		for (size_t i = 0; k->names[i]; i++)
+			put(o, "%s %s", i ? "," : "", k->names[i]);
+		put(o, ".");
+		break;
+	case KEY_INT:
+		put(o, "An integer from %lld to %lld.", (long long)k->imin, (long long)k->imax);
+		break;
+	case KEY_SIZE:
+		put(o, "A size from %lld to %lldG.", (long long)k->imin,
+		    (long long)(k->imax >> 30));
+		break;
+	case KEY_FLOAT:
+	case KEY_DOUBLE:
+		put(o, "A number from %g (%s) to %g.", k->fmin, k->fmin_open ? "excluded" : "included",
+		    k->fmax);
+		break;
+	case KEY_BOOL:
+		put(o, "true or false (also yes/no, on/off, 1/0).");
+		break;
+	case KEY_U64:
+		put(o, "An unsigned 64-bit integer.");
+		break;
+	case KEY_STRING:   /* any text: its documentation says what */
+		break;
+	}
+}
+
+size_t atlas_config_man(const char *version, char *buf, size_t len)
+{
+	struct out o = { .buf = buf, .len = len };
+	if (len)
+		buf[0] = '\0';
+	put(&o, ".TH ATLAS.CONF 5 \"\" \"atlas %s\" \"File Formats\"\n", version);
+	put(&o, ".SH NAME\natlas.conf \\- configuration of atlasd and atlas\n");
+	put(&o, ".SH SYNOPSIS\n.I PREFIX/etc/atlas/atlas.conf\n.br\n"
+	    ".B atlasd \\-\\-config\n.I FILE\n");
+	put(&o, ".SH DESCRIPTION\nOne INI file of sections and\n.I key = value\nlines; "
+	    "'#' and ';' start comments. ");
+	put_roff(&o, "Text values take the escapes \\n (line break), \\t, \\\\, \\; and "
+		 "\\xHH; a long text value continues on indented lines, joined without a "
+		 "separator.");
+	put(&o, "\n.PP\nPrecedence: the defaults below, then the file, then every\n"
+	    ".B \\-o key=value\nflag in order. An installed atlasd reads\n"
+	    ".I PREFIX/etc/atlas/atlas.conf\nwhen no\n.B \\-\\-config\nis given. Unknown keys and "
+	    "values out of range stop startup with a message naming the file, line and key. "
+	    "The effective configuration is readable in the mount at\n.IR ctl/config .\n");
+	put(&o, ".SH KEYS\nEach key with its default.\n");
+	const char *section = NULL;
+	for (size_t i = 0; i < atlas_n_keys; i++) {
+		const struct atlas_key *k = &atlas_keys[i];
+		if (!section || strcmp(section, k->section)) {
+			put(&o, ".SS [%s]\n", k->section);
+			section = k->section;
+		}
+		put(&o, ".TP\n.B %s = ", k->name);
+		put_roff(&o, k->def);
+		put(&o, "\n");
+		put_roff(&o, k->doc);
+		put(&o, "\n");
+		put_range(&o, k);
+		put(&o, "\n");
+	}
+	put(&o, ".SH SEE ALSO\n.BR atlasd (8),\n.BR atlas (1)\n");
 	return o.pos;
 }

@@ -21,7 +21,7 @@ const char *atlas_state_name(enum atlas_state s)
 
 const char *atlas_tier_name(enum atlas_tier t)
 {
-	static const char *const names[] = { "hbm", "host", "disk" };
+	static const char *const names[] = { "device", "host", "disk" };
 	return (unsigned)t < ATLAS_ARRAY_LEN(names) ? names[t] : "?";
 }
 
@@ -144,7 +144,7 @@ int atlas_params_parse(struct atlas_params *p, const char *key, const char *valu
 	}
 	if (strcmp(key, "spec") == 0) {
 		if (atlas_spec_parse(value, &p->spec))
-			return atlas_errf(err, errlen, -EINVAL, "spec: '%s' is not off, auto, ngram or draft",
+			return atlas_errf(err, errlen, -EINVAL, "spec: '%s' is not off, auto, ngram, draft or mtp",
 					  value);
 		return 0;
 	}

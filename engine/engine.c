@@ -119,6 +119,11 @@ static void apply_events(struct atlas_engine *e)
 		if (r->keep_all)
 			continue;
 		struct atlas_session *s = session_of(r);
+		struct turn *t = session_newest(s);
+		if (t && !t->stepped) {
+			t->stepped = true;
+			latency_observe(&e->turn_stats.queue, atlas_now_ns() - t->t_submit_ns);
+		}
 		bool last = (size_t)(c->seqs[i].pos0 + c->seqs[i].n_rows) == r->n_tokens;
 		s->state = e->sched.drafts_of[i] || (c->seqs[i].n_rows == 1 && last)
 				   ? ATLAS_STATE_DECODE : ATLAS_STATE_PREFILL;

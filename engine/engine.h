@@ -35,7 +35,7 @@ enum atlas_state {
 };
 const char *atlas_state_name(enum atlas_state s);
 
-enum atlas_tier { ATLAS_TIER_HBM, ATLAS_TIER_HOST, ATLAS_TIER_DISK, ATLAS_TIERS };
+enum atlas_tier { ATLAS_TIER_DEVICE, ATLAS_TIER_HOST, ATLAS_TIER_DISK, ATLAS_TIERS };
 const char *atlas_tier_name(enum atlas_tier t);
 
 /* ---- engine ---- */
@@ -149,8 +149,15 @@ int atlas_session_read(struct atlas_session *s, uint64_t turn, uint64_t off, cha
 int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **prompt,
 			      size_t *n_prompt, int32_t **generated, size_t *n_generated);
 
-/* The whole transcript as text (malloc'd, NUL-terminated; caller frees). */
+/* The whole transcript as text (malloc'd, NUL-terminated; caller frees):
+ * per turn "### turn N user" (raw mode: prompt), its prompt, "### turn N
+ * assistant" (output), the answer so far, and once the turn has ended
+ * "### turn N end: FINISH". It only grows (until reset), so that a reader
+ * that follows it (tail -f) reads on from where it was. */
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len);
+/* Bytes of that transcript now, and of the answer text of all turns
+ * together, without making the text. */
+int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers);
 
 struct atlas_session_status {
 	enum atlas_state state;
@@ -260,6 +267,29 @@ struct atlas_ep_stats {
 	struct atlas_ep_rank rank[ATLAS_EP_RANKS];
 };
 
+/* Latency histograms of turns (ctl/metrics, as vLLM's): the same bucket
+ * bounds, in seconds, for all; bucket[i] counts the observations in
+ * (bound[i-1], bound[i]], the last bucket those above the last bound. */
+#define ATLAS_LAT_BUCKETS 16
+extern const double atlas_lat_bounds[ATLAS_LAT_BUCKETS - 1];
+struct atlas_lat_hist {
+	uint64_t count;
+	double sum_s;
+	uint64_t bucket[ATLAS_LAT_BUCKETS];
+};
+
+/* How turns end: the finish of sK/status. */
+enum atlas_finish { ATLAS_FINISH_STOP, ATLAS_FINISH_LENGTH, ATLAS_FINISH_EOS,
+		    ATLAS_FINISH_ERROR, ATLAS_FINISH_CANCELLED, ATLAS_FINISH_N };
+extern const char *const atlas_finish_names[ATLAS_FINISH_N];
+
+struct atlas_turn_stats {
+	struct atlas_lat_hist ttft;       /* commit to first token */
+	struct atlas_lat_hist itl;        /* between two tokens of a turn */
+	struct atlas_lat_hist queue;      /* commit to the turn's first engine step */
+	uint64_t finished[ATLAS_FINISH_N];        /* turns ended, by finish */
+};
+
 struct atlas_engine_stats {
 	char model[ATLAS_PATH_MAX];       /* model directory */
 	char architecture[64];            /* "Qwen3ForCausalLM" */
@@ -285,6 +315,7 @@ struct atlas_engine_stats {
 	struct atlas_kv_stats kv;
 	struct atlas_spec_stats spec;
 	struct atlas_ep_stats ep;
+	struct atlas_turn_stats turns;
 };
 int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *out);
 

@@ -43,6 +43,7 @@ struct turn {
 	int error;                  /* 0, -EIO or -ECANCELED once done */
 	char finish[16];            /* "stop", "length", "eos", "error", "cancelled" */
 	uint64_t t_submit_ns, t_first_ns, t_last_ns;
+	bool stepped;               /* a step has run it: its queue time is recorded */
 };
 
 /* A session's speculative decoding (engine/speculate.c). */
@@ -188,6 +189,7 @@ struct atlas_engine {
 	uint64_t step_tokens_total;
 	double busy_s;
 	uint64_t t_open_ns;
+	struct atlas_turn_stats turn_stats;     /* (lock) latency.c records them */
 };
 
 /* The executor an engine with config c opens: its step limits (max_table
@@ -210,6 +212,10 @@ const char *persist_file(const struct atlas_config *c);
 int persist_load(struct atlas_engine *e, char *err, size_t errlen);
 int persist_restore(struct atlas_engine *e);
 void persist_run(struct atlas_engine *e);
+
+/* engine/latency.c: one observation of ns into h; a turn ended with finish. */
+void latency_observe(struct atlas_lat_hist *h, uint64_t ns);
+void latency_finished(struct atlas_turn_stats *st, const char *finish);
 
 /* engine/session.c */
 void session_free(struct atlas_session *s);

@@ -7,6 +7,7 @@
 
 #include "common/err.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "engine/internal.h"
 #include "engine/text/stop.h"
 
@@ -75,6 +76,20 @@ static void flush_held(struct atlas_session *s, struct turn *t)
 		out_append(t, tail, (size_t)n);
 }
 
+/* Time to first token (-1 before one) and tokens/s after it (0 below two
+ * tokens) of t. */
+static void turn_rates(const struct turn *t, double *ttft_s, double *tokens_per_s)
+{
+	*ttft_s = -1;
+	*tokens_per_s = 0;
+	if (!t->n_generated)
+		return;
+	*ttft_s = (double)(t->t_first_ns - t->t_submit_ns) * 1e-9;
+	double span = (double)(t->t_last_ns - t->t_first_ns) * 1e-9;
+	if (t->n_generated > 1 && span > 0)
+		*tokens_per_s = (double)(t->n_generated - 1) / span;
+}
+
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg)
 {
 	struct turn *t = session_newest(s);
@@ -91,12 +106,18 @@ void session_end_turn(struct atlas_session *s, int error, const char *finish, co
 	t->done = true;
 	t->error = error;
 	snprintf(t->finish, sizeof t->finish, "%s", finish);
+	latency_finished(&s->e->turn_stats, finish);
 	t->t_last_ns = atlas_now_ns();
 	if (msg)
 		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
 	sched_stop(&s->e->sched, &s->req);
 	s->state = error == -EIO ? ATLAS_STATE_ERROR : ATLAS_STATE_IDLE;
 	mark(s);
+	double ttft, tps;
+	turn_rates(t, &ttft, &tps);
+	log_info("turn: session %s turn %llu prompt_tokens %zu generated_tokens %zu ttft_s %.3f "
+		 "tokens_per_s %.1f finish %s", s->name, (unsigned long long)t->number, t->n_prompt,
+		 t->n_generated, ttft, tps, finish);
 }
 
 static bool is_eos(const struct atlas_engine *e, int32_t id)
@@ -136,8 +157,12 @@ void session_accept_token(struct atlas_session *s, int32_t id)
 		return;
 	}
 	uint64_t now = atlas_now_ns();
-	if (!t->n_generated)
+	if (!t->n_generated) {
 		t->t_first_ns = now;
+		latency_observe(&e->turn_stats.ttft, now - t->t_submit_ns);
+	} else {
+		latency_observe(&e->turn_stats.itl, now - t->t_last_ns);
+	}
 	t->t_last_ns = now;
 	t->n_generated++;
 	e->generated_tokens_total++;
@@ -397,12 +422,7 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	if (t) {
 		st->prompt_tokens = t->n_prompt;
 		st->generated_tokens = t->n_generated;
-		if (t->n_generated) {
-			st->ttft_s = (double)(t->t_first_ns - t->t_submit_ns) * 1e-9;
-			double span = (double)(t->t_last_ns - t->t_first_ns) * 1e-9;
-			if (t->n_generated > 1 && span > 0)
-				st->tokens_per_s = (double)(t->n_generated - 1) / span;
-		}
+		turn_rates(t, &st->ttft_s, &st->tokens_per_s);
 		snprintf(st->finish, sizeof st->finish, "%s", t->finish);
 	}
 	snprintf(st->last_error, sizeof st->last_error, "%s", s->last_error);
@@ -410,19 +430,50 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 	return 0;
 }
 
-/* One turn of the transcript: a header line per side, then its text. */
-static void history_turn(FILE *f, const struct turn *t)
+/* n bytes to f (NULL: counted only); returns n. */
+static size_t emit(FILE *f, const char *p, size_t n)
+{
+	if (f)
+		fwrite(p, 1, n, f);
+	return n;
+}
+
+/* One turn of the transcript (engine.h) to f, or only counted with f NULL:
+ * a header line per side, then its text; the end line once it is over. A
+ * running turn's text gets no line break of its own, which more text would
+ * then follow: the transcript only grows. Returns its bytes. */
+static size_t history_turn(FILE *f, const struct turn *t)
 {
 	bool chat = t->mode == ATLAS_MODE_CHAT;
-	fprintf(f, "### turn %llu %s\n", (unsigned long long)t->number, chat ? "user" : "prompt");
-	fwrite(t->prompt, 1, t->prompt_len, f);
+	unsigned long long n = (unsigned long long)t->number;
+	char line[96];
+	size_t len = emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu %s\n", n,
+						       chat ? "user" : "prompt"));
+	len += emit(f, t->prompt, t->prompt_len);
 	if (t->prompt_len && t->prompt[t->prompt_len - 1] != '\n')
-		fputc('\n', f);
-	fprintf(f, "### turn %llu %s (%s)\n", (unsigned long long)t->number,
-		chat ? "assistant" : "output", t->done ? t->finish : "running");
-	fwrite(t->out, 1, t->out_len, f);
-	if (t->out_len && t->out[t->out_len - 1] != '\n')
-		fputc('\n', f);
+		len += emit(f, "\n", 1);
+	len += emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu %s\n", n,
+					      chat ? "assistant" : "output"));
+	len += emit(f, t->out, t->out_len);
+	if (t->done) {
+		if (t->out_len && t->out[t->out_len - 1] != '\n')
+			len += emit(f, "\n", 1);
+		len += emit(f, line, (size_t)snprintf(line, sizeof line, "### turn %llu end: %s\n",
+						      n, t->finish));
+	}
+	return len;
+}
+
+int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers)
+{
+	*history = *answers = 0;
+	pthread_mutex_lock(&s->e->lock);
+	for (size_t i = 0; i < s->n_turns; i++) {
+		*history += history_turn(NULL, s->turns[i]);
+		*answers += s->turns[i]->out_len;
+	}
+	pthread_mutex_unlock(&s->e->lock);
+	return 0;
 }
 
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len)

@@ -45,8 +45,8 @@ static void fill_kv(struct atlas_engine *e, struct atlas_kv_stats *kv)
 	const struct kv_pool *p = &pool->kv;
 	kv->block_size = (uint32_t)p->block_size;
 	kv->bytes_per_block = p->bytes_per_block;
-	kv->blocks_total[ATLAS_TIER_HBM] = (uint64_t)p->n_blocks;
-	kv->blocks_used[ATLAS_TIER_HBM] = (uint64_t)(p->n_blocks - p->n_free);
+	kv->blocks_total[ATLAS_TIER_DEVICE] = (uint64_t)p->n_blocks;
+	kv->blocks_used[ATLAS_TIER_DEVICE] = (uint64_t)(p->n_blocks - p->n_free);
 	/* The host tier without the slots kept for staging disk I/O. */
 	const int host_total = pool->host.n_blocks - pool->n_staging;
 	kv->blocks_total[ATLAS_TIER_HOST] = (uint64_t)host_total;
@@ -120,6 +120,7 @@ int atlas_engine_stats(struct atlas_engine *e, struct atlas_engine_stats *o)
 	o->step_tokens_total = e->step_tokens_total;
 	o->busy_seconds_total = e->busy_s;
 	o->uptime_s = (double)(atlas_now_ns() - e->t_open_ns) * 1e-9;
+	o->turns = e->turn_stats;
 	fill_slots(e, o);
 	fill_kv(e, &o->kv);
 	spec_stats(e, &o->spec);

@@ -173,10 +173,13 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 		char msg[256];
 		if (n == 0)
 			snprintf(msg, sizeof msg, "the prompt has no tokens");
+		else if (s->req.n_tokens == 0)
+			snprintf(msg, sizeof msg, "prompt of %zu tokens does not fit the context "
+				 "of %d tokens (the key context)", n, e->context);
 		else
 			snprintf(msg, sizeof msg,
 				 "prompt of %zu tokens does not fit the context: %zu of %d tokens "
-				 "are in use (write reset to ctl to start over)",
+				 "are in use (reset the session to start over)",
 				 n, s->req.n_tokens, e->context);
 		session_end_turn(s, -EIO, "error", msg);
 		return (int)t->number;

@@ -7,10 +7,17 @@
 #                                               mounted with -o allow_other
 #                                               if the sandbox runs as
 #                                               another user)
+# Without SESSION the sandbox gets a session made for it, removed at the end.
 set -eu
 mnt=${MNT:-/mnt/atlas}
-s=${1:-s3}
-exec bwrap --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib \
+if [ $# -gt 0 ]; then
+	s=$1
+else
+	s=sandbox-$$
+	mkdir "$mnt/$s"
+	trap 'rmdir "$mnt/$s"' EXIT
+fi
+bwrap --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib \
 	--symlink usr/lib64 /lib64 --proc /proc --dev /dev --unshare-all \
 	--bind "$mnt/$s" /llm \
 	sh -c 'echo "Write a haiku about filesystems." > /llm/in; cat /llm/out; echo; cat /llm/status'

@@ -12,10 +12,12 @@
  * line, or too many bytes) later writes and the flush fail with its error
  * and nothing is applied. The setting names and values are the engine's (atlas_params_parse
  * and atlas_params_format); this file only splits lines and picks out the
- * commands. */
+ * commands. Why the last refused write was refused is shown when ctl is read
+ * back, as a comment line (`# error: ...`) that a batch written back skips. */
 #include "fs/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,18 +32,23 @@ enum ctl_cmd { CMD_NONE, CMD_CANCEL, CMD_RESET };
 int fs_ctl_text(struct fs_session *s, char **text, size_t *len)
 {
 	struct atlas_params p;
+	char error[sizeof s->ctl_error];
 	pthread_mutex_lock(&s->lock);
 	if (s->es)
 		atlas_session_get_params(s->es, &p);
 	bool gone = !s->es;
+	memcpy(error, s->ctl_error, sizeof error);
 	pthread_mutex_unlock(&s->lock);
 	if (gone)
 		return -ENOENT;
 	size_t n = atlas_params_format(&p, NULL, 0);
-	*text = malloc(n + 1);
+	size_t extra = *error ? strlen("# error: \n") + strlen(error) : 0;
+	*text = malloc(n + extra + 1);
 	if (!*text)
 		return -ENOMEM;
 	*len = atlas_params_format(&p, *text, n + 1);
+	if (*error)
+		*len += (size_t)snprintf(*text + *len, extra + 1, "# error: %s\n", error);
 	return 0;
 }
 
@@ -53,7 +60,7 @@ static int parse_line(char *line, struct atlas_params *p, bool *stop_seen, bool 
 	if (n && line[n - 1] == '\r')
 		line[--n] = 0;
 	line += strspn(line, " \t");
-	if (!*line)
+	if (!*line || *line == '#')   /* blank, or a comment such as the error line */
 		return 0;
 	char *value = line + strcspn(line, " \t");
 	if (*value)
@@ -143,6 +150,9 @@ static int parse_end(struct fs_session *s, const struct fs_ctl_parse *st, bool a
 static int batch_error(struct fs_session *s, int rc, const char *err)
 {
 	log_info("session %s: ctl: %s", s->name, err);
+	pthread_mutex_lock(&s->lock);
+	snprintf(s->ctl_error, sizeof s->ctl_error, "%s", err);
+	pthread_mutex_unlock(&s->lock);
 	return rc == -ENOENT || rc == -ENOMEM || rc == -EILSEQ ? rc : -EINVAL;
 }
 
@@ -197,8 +207,13 @@ int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 			rc = parse_lines(&st, b->text, b->len, err, sizeof err);
 		if (!rc)
 			rc = parse_end(s, &st, true, err, sizeof err);
-		if (rc)
+		if (rc) {
 			rc = batch_error(s, rc, err);
+		} else {
+			pthread_mutex_lock(&s->lock);
+			s->ctl_error[0] = 0;
+			pthread_mutex_unlock(&s->lock);
+		}
 	}
 	fs_unhold(s->fs, b->len);
 	free(b->text);

@@ -127,6 +127,7 @@ static int open_session_file(struct atlas_fs *fs, struct fs_session *s, enum fs_
 	}
 	f->buf = text;
 	f->len = len;
+	f->follows = sf == SF_HISTORY;
 	if (sf == SF_OUT && (rc = fs_out_open(s, &f->out))) {
 		f->sess = NULL;   /* the caller keeps its ref */
 		fs_file_free(f);
@@ -185,10 +186,29 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fs_file_free(f);   /* the open was interrupted: no release will come */
 }
 
+/* A read of history past what the handle's snapshot holds: the transcript
+ * as it is now (it only grew since), read at off. */
+static bool history_read_on(fuse_req_t req, struct fs_file *f, size_t size, off_t off)
+{
+	char *text;
+	size_t len;
+	if (session_history_text(f->sess, &text, &len))
+		return false;   /* the session is gone: the snapshot is all there is */
+	if (off < 0 || (size_t)off >= len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, text + off, ATLAS_MIN(size, len - (size_t)off));
+	free(text);
+	return true;
+}
+
 void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct fuse_file_info *fi)
 {
 	struct fs_file *f = (struct fs_file *)(uintptr_t)fi->fh;
+	if (f->follows && off >= 0 && (size_t)off + size > f->len &&
+	    history_read_on(req, f, size, off))
+		return;
 	if (f->kind == FK_OUT) {
 		fs_out_read(req, &f->out, size, fi->flags);
 		return;

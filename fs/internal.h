@@ -97,6 +97,8 @@ struct fs_session {
 	pthread_mutex_t lock;
 	struct atlas_session *es;        /* NULL once closed; engine calls only under lock */
 	struct fs_out *outs;             /* open out handles */
+	char ctl_error[256];             /* why the last refused ctl write was refused, "" once
+					  * a batch applied (ctl.c shows it) */
 
 	struct fs_session *wake_next;    /* the waker's list of one pass (waker only) */
 };
@@ -136,6 +138,8 @@ struct fs_file {
 	size_t in_whole;                 /* FK_IN: bytes of buf checked as whole UTF-8
 					  * characters (a write may end inside one) */
 	struct fs_ctl_batch ctl;         /* FK_CTL: lines written since the last flush */
+	bool follows;                    /* FK_TEXT of history: buf is the transcript at open,
+					  * which only grows; a read past it reads it anew */
 	struct fs_out out;               /* FK_OUT */
 };
 

@@ -1,6 +1,7 @@
 /* ctl/metrics: the engine's stats in the Prometheus text exposition format
  * 0.0.4. Names carry the atlas_ prefix and base units (seconds, bytes,
- * tokens); counters end in _total and nothing else does. */
+ * tokens); counters end in _total and nothing else does; the turns'
+ * latencies are histograms named as vLLM's. */
 #include "fs/internal.h"
 
 #include <errno.h>
@@ -274,6 +275,36 @@ static void ep_metrics(FILE *f, const struct atlas_ep_stats *ep)
 		    ep->epochs_lost_total);
 }
 
+static void histogram(FILE *f, const char *name, const char *help, const struct atlas_lat_hist *h)
+{
+	family(f, name, "histogram", help);
+	uint64_t below = 0;
+	for (int i = 0; i < ATLAS_LAT_BUCKETS; i++) {
+		below += h->bucket[i];
+		if (i < ATLAS_LAT_BUCKETS - 1)
+			fprintf(f, "atlas_%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, atlas_lat_bounds[i],
+				below);
+		else
+			fprintf(f, "atlas_%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, below);
+	}
+	fprintf(f, "atlas_%s_sum", name);
+	value_dbl(f, h->sum_s);
+	fprintf(f, "atlas_%s_count %" PRIu64 "\n", name, h->count);
+}
+
+static void turn_metrics(FILE *f, const struct atlas_turn_stats *t)
+{
+	histogram(f, "time_to_first_token_seconds",
+		  "Time from a prompt's commit to its turn's first token.", &t->ttft);
+	histogram(f, "inter_token_latency_seconds", "Time between two tokens of a turn.", &t->itl);
+	histogram(f, "request_queue_time_seconds",
+		  "Time from a prompt's commit to the first engine step of its turn.", &t->queue);
+	family(f, "turns_finished_total", "counter", "Turns ended, by how they ended.");
+	for (int i = 0; i < ATLAS_FINISH_N; i++)
+		fprintf(f, "atlas_turns_finished_total{finished_reason=\"%s\"} %" PRIu64 "\n",
+			atlas_finish_names[i], t->finished[i]);
+}
+
 int fs_render_metrics(const struct atlas_engine_stats *st, char **text, size_t *len)
 {
 	*text = NULL;
@@ -285,6 +316,7 @@ int fs_render_metrics(const struct atlas_engine_stats *st, char **text, size_t *
 	kv_metrics(f, &st->kv);
 	spec_metrics(f, &st->spec);
 	ep_metrics(f, &st->ep);
+	turn_metrics(f, &st->turns);
 	if (fclose(f) != 0) {
 		free(*text);
 		*text = NULL;

@@ -97,6 +97,18 @@ static int node_attr(struct atlas_fs *fs, fuse_ino_t ino, bool removed_too, stru
 	if (!s)
 		return -ENOENT;
 	fill(fs, ino, sfile_modes[f], &s->born, st);
+	/* history has its real size, so that tail -f and less +F follow it; out
+	 * the bytes of every answer so far, which only grows (a size that fell
+	 * would be taken for a truncation that out, a stream, cannot seek back
+	 * over). */
+	if (f == SF_HISTORY || f == SF_OUT) {
+		uint64_t history = 0, answers = 0;
+		pthread_mutex_lock(&s->lock);
+		if (s->es)
+			atlas_session_sizes(s->es, &history, &answers);
+		pthread_mutex_unlock(&s->lock);
+		st->st_size = (off_t)(f == SF_HISTORY ? history : answers);
+	}
 	fs_session_put(s);
 	return 0;
 }

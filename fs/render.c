@@ -41,13 +41,13 @@ static void one_line(char *dst, size_t len, const char *src)
 
 static void render_slots(FILE *f, const struct atlas_engine_stats *st)
 {
-	fprintf(f, "slot session state position kv_blocks_hbm kv_blocks_host kv_blocks_disk "
+	fprintf(f, "slot session state position kv_blocks_device kv_blocks_host kv_blocks_disk "
 		   "draft_acceptance spec tokens_per_second\n");
 	for (int i = 0; i < st->n_slots && i < ATLAS_MAX_SLOTS; i++) {
 		const struct atlas_slot_stats *sl = &st->slots[i];
 		fprintf(f, "%d %s %s %" PRIu64 " %u %u %u %.6g %s %.6g\n", sl->slot,
 			sl->session[0] ? sl->session : "-", atlas_state_name(sl->state), sl->position,
-			sl->kv_blocks[ATLAS_TIER_HBM], sl->kv_blocks[ATLAS_TIER_HOST],
+			sl->kv_blocks[ATLAS_TIER_DEVICE], sl->kv_blocks[ATLAS_TIER_HOST],
 			sl->kv_blocks[ATLAS_TIER_DISK], sl->draft_acceptance,
 			sl->spec[0] ? sl->spec : "-", sl->tokens_per_s);
 	}
@@ -203,10 +203,27 @@ static void render_readme(FILE *f, const struct atlas_fs *fs, const struct atlas
 		"           that is not UTF-8; then nothing of it is committed and\n"
 		"           the turn a reader of out waits for fails, saying why\n"
 		"  out      the newest turn's answer as a stream; a failed or cancelled turn\n"
-		"           ends with an error (EIO, ECANCELED) after its text\n"
+		"           ends with an error (EIO, ECANCELED) after its text; `tail -f`\n"
+		"           shows the turn that was newest when it started, then waits\n"
 		"  ctl      settings, one `key value` per line; write lines to change them\n"
-		"  history  every turn of the session\n"
-		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n"
+		"           (below); a bad line fails its write with EINVAL and reading\n"
+		"           ctl back then ends with `# error: WHY`\n"
+		"  history  every turn of the session; it only grows (until reset), so\n"
+		"           `tail -f s1/history` follows the conversation\n"
+		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n");
+	fprintf(f,
+		"ctl settings and their values:\n"
+		"  temperature  0 to 100 (0: greedy)   top_p       above 0, at most 1\n"
+		"  top_k        0 (off) to 2^30        max_tokens  1 to 2^30\n"
+		"  seed         0 to 2^64-1            mode        chat or raw\n"
+		"  ignore_eos   0 or 1                 spec        off, auto, ngram, draft, mtp\n"
+		"  spec_k       1 to %d\n"
+		"  stop         one string per line, at most %d of %d bytes; `stop` alone clears\n"
+		"  system       the system prompt of chat mode, at most %d bytes\n"
+		"  (stop and system take the escapes \\n \\r \\t \\\\)\n"
+		"  cancel       end the running turn;  reset  forget the history\n\n",
+		ATLAS_SPEC_K_MAX, ATLAS_STOP_MAX, ATLAS_STOP_LEN - 1, ATLAS_SYSTEM_MAX - 1);
+	fprintf(f,
 		"ctl/:\n"
 		"  slots    one line per engine slot\n"
 		"  kv       KV cache blocks per tier and swapping\n"
@@ -297,7 +314,7 @@ int fs_render_status(const struct atlas_session_status *st, char **text, size_t 
 	kv_u64(f, "generated_tokens", st->generated_tokens);
 	kv_u64(f, "context_tokens", st->context_tokens);
 	kv_u64(f, "context_max", st->context_max);
-	kv_u64(f, "kv_blocks_hbm", st->kv_blocks[ATLAS_TIER_HBM]);
+	kv_u64(f, "kv_blocks_device", st->kv_blocks[ATLAS_TIER_DEVICE]);
 	kv_u64(f, "kv_blocks_host", st->kv_blocks[ATLAS_TIER_HOST]);
 	kv_u64(f, "kv_blocks_disk", st->kv_blocks[ATLAS_TIER_DISK]);
 	kv_dbl(f, "ttft_seconds", st->ttft_s);

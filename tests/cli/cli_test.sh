@@ -1,7 +1,7 @@
 #!/bin/sh
 # Tests of the atlas command-line tool, run on the built binary:
 #
-#   cli_test.sh CASE ATLAS      CASE: help usage config tokenize generate logits bench
+#   cli_test.sh CASE ATLAS      CASE: help usage config tokenize generate logits bench install
 #
 # Exits 0 (passed), 1 (failed) or 77 (skipped: an input is missing).
 set -u
@@ -55,9 +55,12 @@ case_help() {
 		expect 0 "$cmd" -h
 	done
 	expect 0 --help
+	grep -q -- "--version" "$tmp/out" || fail "atlas --help does not name --version"
 	for cmd in generate tokenize detokenize logits bench config; do
 		grep -q "^  $cmd " "$tmp/out" || fail "atlas --help does not list $cmd"
 	done
+	expect 0 --version
+	[ "$(cat "$tmp/out")" = "atlas $ATLAS_VERSION" ] || fail "atlas --version: $(cat "$tmp/out")"
 	expect_error 2 nosuchcommand
 	expect 2
 }
@@ -124,6 +127,18 @@ case_bench() {
 	grep -qE '^prefill +1 +300 +300 ' "$tmp/out" || fail "bench --resume: no prefill row"
 	grep -qE '^resume-host +1 +300 +300 ' "$tmp/out" ||
 		fail "bench --resume: no resume row from the host tier: $(cat "$tmp/out")"
+	# What cannot fit is skipped before it runs: a prompt within the context
+	# but over the KV pool.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=1M \
+		-o context=4096 --prompt-tokens 4000 --batch 1 --context 0 --gen-tokens 4
+	grep -qE '^prefill +1 +4000 +skipped: its KV does not fit the pool' "$tmp/out" ||
+		fail "bench: a prompt over the KV pool is not skipped: $(cat "$tmp/out")"
+	# The cpu's defaults: rows that end in seconds on a small model.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=64M -o backend=cpu
+	rows=$(grep -cE '^(prefill|decode) ' "$tmp/out")
+	grep -qE '^prefill +1 +512 +512 ' "$tmp/out" && grep -qE '^decode +8 +32 ' "$tmp/out" &&
+		grep -qE '^decode +1 +1024 ' "$tmp/out" && [ "$rows" = 7 ] ||
+		fail "bench: not the cpu's default rows: $(cat "$tmp/out")"
 	expect_error 1 bench --dummy-weights --shape 9b $quiet
 	grep -q "no shape called 'qwen3-9b' (known: qwen3-0.6b" "$tmp/err" ||
 		fail "bench: unknown shape message: $(cat "$tmp/err")"
@@ -184,9 +199,16 @@ case_generate() {
 	done
 	[ "$n" -ge 1 ] && [ "$n" -le 8 ] || fail "$n ids generated with --max-tokens 8"
 
+	# A prompt longer than the context: the key to change, no ctl file to write.
+	expect 1 generate $args -o context=4
+	grep -q "prompt of 5 tokens does not fit the context of 4 tokens (the key context)" \
+		"$tmp/err" || fail "generate, prompt over the context: $(cat "$tmp/err")"
+	grep -q ctl "$tmp/err" && fail "generate's message speaks of ctl: $(cat "$tmp/err")"
+
 	expect 0 generate $args
 	cp "$tmp/out" "$tmp/text1"
 	[ -s "$tmp/text1" ] || fail "generate printed nothing"
+	[ "$(tail -c 1 "$tmp/text1" | wc -l)" = 1 ] || fail "generate's text does not end with a newline"
 	expect 0 generate $args
 	cmp -s "$tmp/out" "$tmp/text1" || fail "greedy text differs between runs"
 }
@@ -207,8 +229,64 @@ case_logits() {
 	[ "$(cat "$tmp/out")" = "$best" ] || fail "argmax $best but generate chose $(cat "$tmp/out")"
 }
 
+# meson install, as a packager runs it: `meson install --destdir` into a
+# temporary directory, then the installed binaries run from there, finding
+# the installed model and atlas.conf, not the source tree's; the manual
+# pages read cleanly through man (not checked without man-db).
+case_install() {
+	dest=$tmp/dest
+	"$ATLAS_MESON" install -C "$build" --no-rebuild --quiet --destdir "$dest" >"$tmp/log" 2>&1 ||
+		fail "meson install: $(cat "$tmp/log")"
+	bin=$(dirname "$(find "$dest" -path '*/bin/atlas' -type f)")
+	[ -x "$bin/atlas" ] && [ -x "$bin/atlasd" ] || fail "no bin/atlas and bin/atlasd under $dest"
+	prefix=${bin%/bin}
+	for f in share/atlas/models/atlas-next/config.json share/atlas/models/atlas-next/tokenizer.json \
+		 etc/atlas/atlas.conf share/man/man1/atlas.1 share/man/man8/atlasd.8 \
+		 share/man/man5/atlas.conf.5 lib/systemd/system/atlasd.service share/doc/atlas/LICENSE; do
+		[ -f "$prefix/$f" ] || fail "meson install left no $f in the prefix"
+	done
+
+	[ "$("$bin/atlas" --version)" = "atlas $ATLAS_VERSION" ] || fail "installed atlas --version"
+	"$bin/atlasd" --version | grep -qx "atlasd $ATLAS_VERSION" || fail "installed atlasd --version"
+
+	# The default model is the installed copy: the engine's log names it.
+	"$bin/atlas" generate -o log_level=info -o threads=1 -o kv_memory=16M --max-tokens 2 \
+		--temperature 0 Hello >"$tmp/out" 2>"$tmp/err" || fail "installed atlas generate: $(cat "$tmp/err")"
+	grep -q "engine: $prefix/share/atlas/models/atlas-next " "$tmp/err" ||
+		fail "installed atlas did not load the installed model: $(cat "$tmp/err")"
+
+	grep -qx "ExecStart=${prefix#"$dest"}/bin/atlasd -f /mnt/atlas" "$prefix/lib/systemd/system/atlasd.service" ||
+		fail "the unit's ExecStart: $(grep ExecStart= "$prefix/lib/systemd/system/atlasd.service")"
+	grep -qx "Type=notify" "$prefix/lib/systemd/system/atlasd.service" || fail "the unit is not Type=notify"
+
+	# Manual pages: groff reads them without a warning.
+	if command -v man >/dev/null; then
+		for page in man1/atlas.1 man8/atlasd.8 man5/atlas.conf.5; do
+			MANWIDTH=80 man --warnings -E UTF-8 -l "$prefix/share/man/$page" >"$tmp/page" 2>"$tmp/warn" ||
+				fail "man -l $page failed: $(cat "$tmp/warn")"
+			[ ! -s "$tmp/warn" ] || fail "man -l $page warns: $(cat "$tmp/warn")"
+			grep -q "atlas $ATLAS_VERSION" "$tmp/page" || fail "$page does not carry the version"
+		done
+		# atlas.conf(5) lists every key of the table
+		MANWIDTH=80 man -E UTF-8 -l "$prefix/share/man/man5/atlas.conf.5" >"$tmp/page" 2>/dev/null
+		for key in $(sed -n 's/^\([a-z_0-9]*\) =.*/\1/p' "$prefix/etc/atlas/atlas.conf"); do
+			grep -q "^ *$key =" "$tmp/page" || fail "atlas.conf(5) lacks the key $key"
+		done
+	else
+		echo "man is missing (apt-get install man-db): the manual pages are not checked"
+	fi
+
+	# The installed atlasd reads the installed atlas.conf: a bad key there stops
+	# it, naming the file, before anything is mounted.
+	printf '[engine]\nno_such_key = 1\n' >>"$prefix/etc/atlas/atlas.conf"
+	mkdir "$tmp/mnt"
+	"$bin/atlasd" -f "$tmp/mnt" 2>"$tmp/err" && fail "atlasd started with a bad installed atlas.conf"
+	grep -q "$prefix/etc/atlas/atlas.conf.*no_such_key" "$tmp/err" ||
+		fail "atlasd did not read the installed atlas.conf: $(cat "$tmp/err")"
+}
+
 case "$case" in
-help | usage | config | tokenize | generate | logits | bench) "case_$case" ;;
+help | usage | config | tokenize | generate | logits | bench | install) "case_$case" ;;
 *) fail "unknown case '$case'" ;;
 esac
 echo "ok: $case"

@@ -325,7 +325,7 @@ static void test_second_turn_continues_on_kv(void **state)
 	atlas_session_status(s, &ss);
 	assert_int_equal(ss.turns, 2);
 	assert_int_equal(ss.context_tokens, 40 + 6 + 9 + 6);
-	assert_true(ss.kv_blocks[ATLAS_TIER_HBM] > 0);
+	assert_true(ss.kv_blocks[ATLAS_TIER_DEVICE] > 0);
 	free(st);
 	atlas_session_close(s);
 	atlas_session_close(f);

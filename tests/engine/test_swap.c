@@ -347,7 +347,7 @@ static void test_parked_session_resumes_without_recompute(void **state)
 	struct atlas_session_status sa;
 	atlas_session_status(a, &sa);
 	assert_true(sa.kv_blocks[ATLAS_TIER_HOST] > 0);
-	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HOST] + sa.kv_blocks[ATLAS_TIER_HBM], 6);
+	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HOST] + sa.kv_blocks[ATLAS_TIER_DEVICE], 6);
 
 	/* The hint: a's KV comes back once b's is out of the way. */
 	atlas_session_close(b);
@@ -359,7 +359,7 @@ static void test_parked_session_resumes_without_recompute(void **state)
 		usleep(1000);
 	}
 	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HOST], 0);
-	assert_int_equal(sa.kv_blocks[ATLAS_TIER_HBM], 6);
+	assert_int_equal(sa.kv_blocks[ATLAS_TIER_DEVICE], 6);
 
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	atlas_engine_stats(e, st);

@@ -148,6 +148,16 @@ static int sample(struct checker *c, const char *l)
 	if (strncmp(l, "atlas_", 6) != 0)
 		return bad(c, "metric without the atlas_ prefix");
 	struct family *f = find(c, l, n);
+	/* A histogram's samples: NAME_bucket{le=...}, NAME_sum, NAME_count. */
+	static const char *const parts[] = { "_bucket", "_sum", "_count" };
+	for (size_t i = 0; !f && i < sizeof parts / sizeof parts[0]; i++) {
+		size_t k = strlen(parts[i]);
+		if (n > k && !strncmp(l + n - k, parts[i], k)) {
+			f = find(c, l, n - k);
+			if (f && strcmp(f->type, "histogram"))
+				return bad(c, "%s of %s, which is not a histogram", parts[i], f->name);
+		}
+	}
 	if (!f || !f->type[0])
 		return bad(c, "sample before its TYPE");
 	if (f->samples_done)

@@ -271,6 +271,91 @@ static void test_in_rules(void **state)
 	assert_int_equal(put_file(mpath(&D, "s1/in"), "\xff\xfe"), -EILSEQ);
 }
 
+/* tail -f ARGS in the background, its stdout and stderr in files of D.dir
+ * named after tag. */
+static pid_t tail_follow(const char *path, const char *tag)
+{
+	char out[400], err[400];
+	snprintf(out, sizeof out, "%s/%s.out", D.dir, tag);
+	snprintf(err, sizeof err, "%s/%s.err", D.dir, tag);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(o, STDOUT_FILENO);
+		dup2(e, STDERR_FILENO);
+		execlp("tail", "tail", "-f", "-s", "0.1", path, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static char *tail_file(const char *tag, const char *kind)
+{
+	char path[400], *text;
+	size_t len;
+	snprintf(path, sizeof path, "%s/%s.%s", D.dir, tag, kind);
+	assert_int_equal(get_file(path, &text, &len), 0);
+	return text;
+}
+
+/* history has its real size and positioned reads, so that tail -f follows
+ * the conversation turn after turn; tail -f on out shows the answer and
+ * fails on nothing. */
+static void test_tail_follow(void **state)
+{
+	assert_int_equal(mkdir(mpath(&D, "tailed"), 0755), 0);
+	submit("tailed", "one");
+	free(answer("tailed", NULL));
+	pid_t history = tail_follow(mpath(&D, "tailed/history"), "history");
+	pid_t out = tail_follow(mpath(&D, "tailed/out"), "out");
+	usleep(300000);
+	submit("tailed", "two");
+	free(answer("tailed", NULL));
+	submit("tailed", "SLEEP 50 three");
+	free(answer("tailed", NULL));
+	char *text = NULL;
+	for (int i = 0; i < 100; i++) {
+		free(text);
+		text = tail_file("history", "out");
+		if (strstr(text, "### turn 3 end: eos\n"))
+			break;
+		usleep(50000);
+	}
+	kill(history, SIGTERM);
+	kill(out, SIGTERM);
+	waitpid(history, NULL, 0);
+	waitpid(out, NULL, 0);
+	char *whole;
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "tailed/history"), &whole, &len), 0);
+	assert_string_equal(text, whole);   /* all three turns, each once */
+	assert_non_null(strstr(whole, "### turn 1 user\none\n### turn 1 assistant\neno\n"
+			       "### turn 1 end: eos\n"));
+	free(text);
+	text = tail_file("history", "err");
+	assert_string_equal(text, "");
+	free(text);
+	text = tail_file("out", "err");
+	assert_string_equal(text, "");   /* no "file truncated", no "Illegal seek" */
+	free(text);
+	text = tail_file("out", "out");
+	assert_string_equal(text, "eno");
+	free(text);
+
+	struct stat st;
+	assert_int_equal(stat(mpath(&D, "tailed/history"), &st), 0);
+	assert_int_equal(st.st_size, (off_t)len);
+	int fd = open(mpath(&D, "tailed/history"), O_RDONLY);
+	assert_true(fd >= 0);
+	char buf[16] = { 0 };
+	assert_int_equal(pread(fd, buf, 9, 4), 9);
+	assert_string_equal(buf, "turn 1 us");
+	close(fd);
+	free(whole);
+	assert_int_equal(rmdir(mpath(&D, "tailed")), 0);
+}
+
 static void test_history_status_reset(void **state)
 {
 	submit("s2", "first");
@@ -290,7 +375,7 @@ static void test_history_status_reset(void **state)
 	assert_value(st, "finish", "eos");
 	assert_value(st, "last_error", "");
 	const char *keys[] = { "slot", "turns", "prompt_tokens", "context_tokens", "context_max",
-			       "kv_blocks_hbm", "kv_blocks_host", "kv_blocks_disk",
+			       "kv_blocks_device", "kv_blocks_host", "kv_blocks_disk",
 			       "ttft_seconds", "tokens_per_second" };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(keys); i++) {
 		char *v = value_of(st, keys[i]);
@@ -422,6 +507,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_and_busy),
 		cmocka_unit_test(test_in_rules),
 		cmocka_unit_test(test_history_status_reset),
+		cmocka_unit_test(test_tail_follow),
 		cmocka_unit_test(test_out_waits_for_first_turn),
 		cmocka_unit_test(test_ten_blocked_readers),
 		cmocka_unit_test(test_rmdir_parked_reader),

@@ -85,6 +85,17 @@ static void test_ctl(void **state)
 	assert_int_equal(put_file(path, "top_k 9\ncancel now\n"), -EINVAL);
 	assert_value(path, "temperature", "0.25");
 	assert_value(path, "top_k", "7");
+	/* Reading ctl back says why the last write was refused, as a comment
+	 * that the settings read back and written again skip; a batch that
+	 * applies clears it. */
+	assert_int_equal(put_file(path, "top_p 2\n"), -EINVAL);
+	assert_value(path, "# error:", "top_p: 2 is not in (0, 1]");
+	char *settings;
+	size_t n_settings;
+	assert_int_equal(get_file(path, &settings, &n_settings), 0);
+	assert_int_equal(put_file(path, settings), 0);
+	free(settings);
+	assert_null(value_of(path, "# error:"));
 	/* Shells write a redirection line by line: the lines of one handle apply
 	 * together at close, and a bad one fails its write, the later ones and
 	 * the close. */
@@ -375,6 +386,8 @@ static void test_metrics(void **state)
 		fail_msg("ctl/metrics: %s", err);
 	assert_non_null(strstr(text, "\natlas_turns_total "));
 	assert_non_null(strstr(text, "atlas_slot_kv_blocks{slot=\"2\",tier=\"disk\"} 0\n"));
+	/* The first tier is the device's, whatever its memory is called. */
+	assert_non_null(strstr(text, "atlas_slot_kv_blocks{slot=\"2\",tier=\"device\"} "));
 	/* The model's path holds a quote and a backslash (client.h). */
 	char label[1200] = "atlas_engine_info{model=\"";
 	for (const char *c = D.model; *c; c++) {
@@ -387,6 +400,51 @@ static void test_metrics(void **state)
 	strcat(label, "\",");
 	assert_non_null(strstr(text, label));
 	free(text);
+}
+
+/* The value of the series `key` (name and labels) in ctl/metrics now. */
+static double metric(const char *key)
+{
+	char *text, want[200];
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "ctl/metrics"), &text, &len), 0);
+	snprintf(want, sizeof want, "\n%s ", key);
+	char *at = strstr(text, want);
+	if (!at)
+		fail_msg("no %s in ctl/metrics", key);
+	double v = strtod(at + strlen(want), NULL);
+	free(text);
+	return v;
+}
+
+/* A turn of 5 tokens (4 of them 30 ms apart): one time to first token, one
+ * queue time, 4 inter-token latencies, 3 of them above 25 ms, and one turn
+ * finished with eos. */
+static void test_turn_metrics(void **state)
+{
+	static const char *const keys[] = {
+		"atlas_time_to_first_token_seconds_count", "atlas_request_queue_time_seconds_count",
+		"atlas_inter_token_latency_seconds_count",
+		"atlas_inter_token_latency_seconds_bucket{le=\"0.025\"}",
+		"atlas_turns_finished_total{finished_reason=\"eos\"}",
+		"atlas_turns_finished_total{finished_reason=\"length\"}",
+	};
+	double before[6], after[6];
+	for (int i = 0; i < 6; i++)
+		before[i] = metric(keys[i]);
+	submit("s1", "SLEEP 30 abcd");
+	free(answer("s1", NULL));
+	for (int i = 0; i < 6; i++)
+		after[i] = metric(keys[i]);
+	assert_true(after[0] - before[0] == 1);
+	assert_true(after[1] - before[1] == 1);
+	assert_true(after[2] - before[2] == 4);
+	assert_true((after[2] - after[3]) - (before[2] - before[3]) >= 3);
+	assert_true(after[4] - before[4] == 1);
+	assert_true(after[5] == before[5]);
+	assert_true(metric("atlas_inter_token_latency_seconds_sum") >= 0.09);
+	assert_true(metric("atlas_time_to_first_token_seconds_bucket{le=\"+Inf\"}") ==
+		    metric("atlas_time_to_first_token_seconds_count"));
 }
 
 static void test_ctl_files(void **state)
@@ -438,6 +496,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_mkdir_rmdir),
 		cmocka_unit_test(test_access_errors),
 		cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_turn_metrics),
 		cmocka_unit_test(test_ctl_files),
 	};
 	return run_mounted(argc, argv, "fs-tree", tests, ATLAS_ARRAY_LEN(tests));

@@ -1,6 +1,7 @@
 /* atlasd's life around the filesystem, serving the scripted model: options
  * and their errors, load errors with and without -f, the background mode,
- * SIGTERM and fusermount3 -u. */
+ * SIGTERM and fusermount3 -u; its mountpoint missing, stale after a kill -9
+ * or already served; readiness for systemd. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +190,88 @@ static void test_load_error(void **state)
 	assert_false(is_mounted(f->d.mnt));
 }
 
+/* Mounts on d's mountpoint in the mount table (a stacked mount counts twice). */
+static int mounts_on(const struct daemon *d)
+{
+	char *mounts, key[600];
+	size_t len;
+	assert_int_equal(get_file("/proc/self/mounts", &mounts, &len), 0);
+	snprintf(key, sizeof key, " %s fuse", d->mnt);
+	int n = 0;
+	for (const char *c = mounts; (c = strstr(c, key)); c++)
+		n++;
+	free(mounts);
+	return n;
+}
+
+static void assert_serves(const struct daemon *d)
+{
+	assert_int_equal(put_file(mpath(d, "s1/in"), "ab"), 0);
+	char *out;
+	size_t len;
+	assert_int_equal(get_file(mpath(d, "s1/out"), &out, &len), 0);
+	assert_string_equal(out, "ba");
+	free(out);
+}
+
+/* Unmount a daemon that runs in the background (not our child). */
+static void unmount_background(const struct daemon *d)
+{
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "fusermount3 -u %s", d->mnt);
+	assert_int_equal(system(cmd), 0);
+	assert_false(is_mounted(d->mnt));
+}
+
+/* One info line per turn: session, prompt and generated tokens, time to
+ * first token, tokens/s, finish; on stderr with -f. */
+static void test_turn_log_line(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	assert_serves(&f->d);
+	assert_int_equal(daemon_stop(&f->d), 0);
+	/* "ab" in chat mode: the template's tokens, then "ba" and the end token */
+	assert_log_has(&f->d, "info  session.c:");
+	assert_log_has(&f->d, "turn: session s1 turn 1 prompt_tokens ");
+	assert_log_has(&f->d, " generated_tokens 3 ttft_s 0.");
+	assert_log_has(&f->d, " finish eos\n");
+}
+
+/* Detached with log_file: the log, turns included, is appended to the file
+ * with the wall-clock time; a log_file that cannot be opened stops the start
+ * on the terminal. */
+static void test_log_file(void **state)
+{
+	struct fixture *f = *state;
+	char opt[420], path[400];
+	snprintf(path, sizeof path, "%s/atlasd.log", f->d.dir);
+	snprintf(opt, sizeof opt, "log_file=%s", path);
+	const char *args[] = { "-o", f->model_opt, "-o", opt, NULL };
+	assert_int_equal(run(&f->d, args), 0);
+	assert_serves(&f->d);
+	unmount_background(&f->d);
+	char *log;
+	size_t len;
+	for (int i = 0; i < 100; i++) {   /* the daemon's last lines follow the unmount */
+		assert_int_equal(get_file(path, &log, &len), 0);
+		if (strstr(log, "unmounted"))
+			break;
+		free(log);
+		log = NULL;
+		usleep(20000);
+	}
+	assert_non_null(log);
+	assert_non_null(strstr(log, "turn: session s1 turn 1 prompt_tokens "));
+	assert_true(log[0] == '[' && log[5] == '-' && log[11] == 'T');   /* [2026-11-26T... */
+	free(log);
+	const char *bad[] = { "-o", f->model_opt, "-o", "log_file=/nonexistent/dir/log", NULL };
+	assert_int_equal(run(&f->d, bad), 1);
+	assert_log_has(&f->d, "log_file /nonexistent/dir/log");
+	assert_one_line(&f->d);
+}
+
 /* Without -f: atlasd returns once mounted and keeps serving. */
 static void test_background(void **state)
 {
@@ -194,16 +279,8 @@ static void test_background(void **state)
 	const char *args[] = { "-o", f->model_opt, NULL };
 	assert_int_equal(run(&f->d, args), 0);
 	assert_true(is_mounted(f->d.mnt));
-	assert_int_equal(put_file(mpath(&f->d, "s1/in"), "bg"), 0);
-	char *out;
-	size_t len;
-	assert_int_equal(get_file(mpath(&f->d, "s1/out"), &out, &len), 0);
-	assert_string_equal(out, "gb");
-	free(out);
-	char cmd[400];
-	snprintf(cmd, sizeof cmd, "fusermount3 -u %s", f->d.mnt);
-	assert_int_equal(system(cmd), 0);
-	assert_false(is_mounted(f->d.mnt));
+	assert_serves(&f->d);
+	unmount_background(&f->d);
 }
 
 static void test_fusermount(void **state)
@@ -242,6 +319,97 @@ static void test_sigterm_with_reader(void **state)
 	assert_false(is_mounted(f->d.mnt));
 }
 
+/* A second atlasd on a mountpoint one serves is refused with exit status 1
+ * and one line that names it, without stacking a mount; the first serves on. */
+static void test_second_refused(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	const char *second[] = { "-f", "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, second), 1);
+	assert_log_has(&f->d, "is already an atlas mount");
+	assert_one_line(&f->d);
+	const char *background[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, background), 1);
+	assert_int_equal(mounts_on(&f->d), 1);
+	assert_serves(&f->d);
+	assert_int_equal(daemon_stop(&f->d), 0);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+/* kill -9 leaves a stale mount (ENOTCONN); the next atlasd removes it,
+ * says so, and mounts in its place. */
+static void test_stale_mount(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	kill(f->d.pid, SIGKILL);
+	assert_int_equal(wait_exit(f->d.pid, 5000), 128 + SIGKILL);
+	f->d.pid = 0;
+	struct stat st;
+	assert_int_equal(stat(f->d.mnt, &st), -1);
+	assert_int_equal(errno, ENOTCONN);
+	/* In the background: it returns once mounted (the stale entry in the
+	 * mount table cannot tell a new mount from the old). */
+	assert_int_equal(run(&f->d, args), 0);
+	assert_log_has(&f->d, "removed the stale mount");
+	assert_int_equal(mounts_on(&f->d), 1);
+	assert_serves(&f->d);
+	unmount_background(&f->d);
+}
+
+/* A mountpoint that does not exist, and a bad FUSE option, are reported
+ * before the model loads. */
+static void test_mountpoint_and_fuse_errors(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(rmdir(f->d.mnt), 0);
+	const char *args[] = { "-f", "-o", f->model_opt, NULL };
+	assert_int_equal(run(&f->d, args), 1);
+	assert_log_has(&f->d, "does not exist (make it with mkdir -p");
+	assert_one_line(&f->d);
+	assert_int_equal(mkdir(f->d.mnt, 0755), 0);
+	const char *fuse[] = { "-f", "-o", f->model_opt, "-o", "max_read=many", NULL };
+	assert_int_equal(run(&f->d, fuse), 1);
+	assert_log_has(&f->d, "bad FUSE options");
+	char *log = daemon_log(&f->d);
+	assert_null(strstr(log, "loaded"));
+	free(log);
+	assert_false(is_mounted(f->d.mnt));
+}
+
+/* Under systemd (Type=notify): READY=1 on $NOTIFY_SOCKET once mounted, and
+ * STOPPING=1 when it stops. */
+static void test_systemd_notify(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	assert_true(strlen(f->d.dir) + sizeof "/notify" <= sizeof addr.sun_path);
+	memcpy(addr.sun_path, f->d.dir, strlen(f->d.dir));
+	strcat(addr.sun_path, "/notify");
+	int sock = socket(AF_UNIX, SOCK_DGRAM, 0);
+	assert_true(sock >= 0);
+	assert_int_equal(bind(sock, (struct sockaddr *)&addr, sizeof addr), 0);
+	struct timeval tv = { .tv_sec = 5 };
+	assert_int_equal(setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+	setenv("NOTIFY_SOCKET", addr.sun_path, 1);
+	const char *args[] = { "-o", f->model_opt, NULL };
+	int rc = daemon_start(&f->d, args);
+	unsetenv("NOTIFY_SOCKET");
+	assert_int_equal(rc, 0);
+	char msg[64] = { 0 };
+	assert_int_equal(recv(sock, msg, sizeof msg - 1, 0), 7);
+	assert_string_equal(msg, "READY=1");
+	assert_true(is_mounted(f->d.mnt));
+	assert_int_equal(daemon_stop(&f->d), 0);
+	memset(msg, 0, sizeof msg);
+	assert_int_equal(recv(sock, msg, sizeof msg - 1, 0), 10);
+	assert_string_equal(msg, "STOPPING=1");
+	close(sock);
+}
+
 int main(int argc, char **argv)
 {
 	int status = harness_args(argc, argv);
@@ -268,8 +436,14 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_missing_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_background, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_turn_log_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fusermount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_with_reader, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_second_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stale_mount, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mountpoint_and_fuse_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_systemd_notify, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

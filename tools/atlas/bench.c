@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "engine/engine.h"
 #include "tools/atlas/bench.h"
 #include "tools/atlas/cli.h"
@@ -30,7 +31,10 @@ static const char usage[] =
 	"the end of the last). Decode runs at a short context (32) and at --context.\n"
 	"Decode rows also give the bytes read per token and the share of the bound\n"
 	"that the device's measured copy bandwidth sets. max_batch and max_sessions are\n"
-	"raised to the largest batch if needed.\n"
+	"raised to the largest batch if needed. A row whose KV cannot fit the pool (and\n"
+	"the host tier) or the context is skipped, saying so, instead of run. The\n"
+	"defaults suit the backend: a GPU's are given below, the cpu's in brackets.\n"
+	"On a terminal, stderr shows the progress of the row that runs.\n"
 	"\n"
 	CLI_CONFIG_HELP
 	"  --dummy-weights     random weights of a known shape instead of model files\n"
@@ -40,13 +44,14 @@ static const char usage[] =
 	"  --shape S           with --dummy-weights: qwen3 0.6b 1.7b 4b 8b 14b,\n"
 	"                      llama 3.2-1b 3.2-3b 3.1-8b, atlas tiny (default 0.6b)\n"
 	"  --prompt-tokens N,...\n"
-	"                      prompt lengths for prefill (default 512,2048,8192)\n"
-	"  --gen-tokens N      tokens each decode session generates, >= 2 (default 128)\n"
-	"  --batch B,...       decode batch sizes at the short context (default 1,8,32,64,128)\n"
-	"  --context N         the long context of decode, 0 for none (default 8192)\n"
+	"                      prompt lengths for prefill (default 512,2048,8192 [128,512])\n"
+	"  --gen-tokens N      tokens each decode session generates, >= 2 (default 128 [32])\n"
+	"  --batch B,...       decode batch sizes at the short context (default\n"
+	"                      1,8,32,64,128 [1,4,8])\n"
+	"  --context N         the long context of decode, 0 for none (default 8192 [1024])\n"
 	"  --context-batch B,...\n"
 	"                      decode batch sizes at the long context (default\n"
-	"                      1,8,32,64,128; those whose KV does not fit are skipped)\n"
+	"                      1,8,32,64,128 [1,4])\n"
 	"  --resume N,...      the swap tier: a session of N tokens is pushed out of the\n"
 	"                      device's KV pool by a second one, then its next turn brings\n"
 	"                      its KV back: resume (time to that turn's first token, from\n"
@@ -111,9 +116,11 @@ struct bench {
 	int n_spec_prompts;                  /* --spec-prompt files */
 	const char *spec_prompts[MAX_POINTS];
 	enum atlas_spec spec;                /* --spec of the decode rows' sessions */
-	int long_context;
-	int gen_tokens;
+	int long_context;              /* -1 until given or set by the backend's defaults */
+	int gen_tokens;                /* 0 until given or set by the backend's defaults */
 	bool csv, dummy;
+	bool progress;                 /* stderr is a terminal: show the running row */
+	char row[64];                  /* what runs now, for the progress line */
 	const char *csv_path;  /* --csv-out */
 	FILE *table, *csv_file; /* where the report goes, either may be NULL */
 	const char *arch, *shape;
@@ -312,6 +319,8 @@ static uint64_t staged_bytes(struct bench *b)
 static int wait_turns(struct bench *b, struct atlas_session **s, int n, struct progress *pr)
 {
 	struct atlas_session_status st;
+	const double t0 = atlas_now_s();
+	double shown = t0;
 	pr->t_all_started = -1;
 	for (;;) {
 		uint64_t seen = cli_waiter_events(&b->waiter);
@@ -336,7 +345,14 @@ static int wait_turns(struct bench *b, struct atlas_session **s, int n, struct p
 			pr->t_end = now;
 			pr->gen_end = gen;
 			pr->staged_end = staged_bytes(b);
+			if (b->progress)
+				fputs("\r\033[K", stderr);
 			return 0;
+		}
+		if (b->progress && now - shown >= 0.5) {
+			shown = now;
+			fprintf(stderr, "\r\033[Kbench: %s: %d of %d sessions generating, %llu tokens, "
+				"%.0f s", b->row, started, n, (unsigned long long)gen, now - t0);
 		}
 		cli_waiter_wait(&b->waiter, seen);
 	}
@@ -349,16 +365,29 @@ static void close_sessions(struct atlas_session **s, int n)
 			atlas_session_close(s[i]);
 }
 
+/* Why batch sessions of `tokens` tokens each cannot run, or NULL: checked
+ * before a row runs, so that the engine never has to refuse it. */
+static const char *cannot_fit(const struct bench *b, int batch, int tokens)
+{
+	uint64_t per_seq = ((uint64_t)tokens + b->block_size - 1) / b->block_size;
+	if (tokens > b->context)
+		return "longer than the context";
+	if (per_seq * (uint64_t)batch > b->kv_blocks + b->host_blocks)
+		return b->host_blocks ? "its KV does not fit the pool and the host tier"
+				      : "its KV does not fit the pool (raise kv_memory)";
+	return NULL;
+}
+
 static int prefill(struct bench *b, int n_prompt, struct bench_result *r)
 {
 	struct atlas_session *s[1] = { NULL };
 	struct progress pr;
 	*r = (struct bench_result){ .test = "prefill", .batch = 1, .context = n_prompt };
-	if (n_prompt + 1 > b->context) {
+	if ((r->why = cannot_fit(b, 1, n_prompt + 1))) {
 		r->skipped = true;
-		r->why = "longer than the context";
 		return 0;
 	}
+	snprintf(b->row, sizeof b->row, "prefill of %d tokens", n_prompt);
 	double t0 = atlas_now_s();
 	int status = open_sessions(b, s, 1);
 	if (!status)
@@ -375,28 +404,16 @@ static int prefill(struct bench *b, int n_prompt, struct bench_result *r)
 	return status;
 }
 
-/* Why batch sessions of context + gen tokens cannot run, or NULL. */
-static const char *cannot_decode(const struct bench *b, int batch, int context)
-{
-	uint64_t per_seq = ((uint64_t)context + (uint64_t)b->gen_tokens + 2 + b->block_size - 1) /
-			   b->block_size;
-	if (context + b->gen_tokens + 2 > b->context)
-		return "longer than the context";
-	if (per_seq * (uint64_t)batch > b->kv_blocks + b->host_blocks)
-		return b->host_blocks ? "its KV does not fit the pool and the host tier"
-				      : "its KV does not fit the pool";
-	return NULL;
-}
-
 /* batch sessions prefill `context` tokens (a turn of one token), then each
  * submits one more token and all generate gen_tokens together. */
 static int decode(struct bench *b, int batch, int context, struct bench_result *r)
 {
 	*r = (struct bench_result){ .test = "decode", .batch = batch, .context = context };
-	if ((r->why = cannot_decode(b, batch, context))) {
+	if ((r->why = cannot_fit(b, batch, context + b->gen_tokens + 2))) {
 		r->skipped = true;
 		return 0;
 	}
+	snprintf(b->row, sizeof b->row, "decode, batch %d at %d tokens", batch, context);
 	struct atlas_session **s = calloc((size_t)batch, sizeof *s);
 	if (!s)
 		return cli_fail(b->cmd, "out of memory");
@@ -442,7 +459,7 @@ static const char *tier_of(struct atlas_session *s)
 	double t0 = atlas_now_s();
 	do {
 		atlas_session_status(s, &st);
-	} while (st.kv_blocks[ATLAS_TIER_HBM] && atlas_now_s() - t0 < 60 && !usleep(1000));
+	} while (st.kv_blocks[ATLAS_TIER_DEVICE] && atlas_now_s() - t0 < 60 && !usleep(1000));
 	int best = 0;
 	for (int t = 1; t < ATLAS_TIERS; t++)
 		if (st.kv_blocks[t] > st.kv_blocks[best])
@@ -464,6 +481,7 @@ static int resume(struct bench *b, int n, struct bench_result *pre, struct bench
 	/* b's prompt takes the whole pool but two blocks: every block of a's
 	 * but those must go. */
 	const uint64_t pool = b->kv_blocks * b->block_size;
+	snprintf(b->row, sizeof b->row, "resume of %d tokens", n);
 	const int64_t push = (int64_t)pool - 2 * (int64_t)b->block_size;
 	if ((uint64_t)n + 2 > pool || n + 2 > b->context || push < 1 || push + 2 > b->context) {
 		pre->skipped = res->skipped = true;
@@ -524,6 +542,7 @@ static int run(struct bench *b)
 	b->rng = 0x9e3779b97f4a7c15ull;
 	/* A first short run pages the weights in and records the first graph; it
 	 * is not reported. */
+	snprintf(b->row, sizeof b->row, "warming up");
 	int status = decode(b, 1, SHORT_CONTEXT, &r);
 	if (!status)
 		bench_print_header(b->e, &b->bound, b->table, b->csv_file);
@@ -555,6 +574,32 @@ static int run(struct bench *b)
 	return status;
 }
 
+/* The rows not given on the command line: a GPU's sweep, or on the cpu one
+ * that ends in minutes on a small machine. */
+static void set_defaults(struct bench *b, bool cuda)
+{
+	static const int gpu_prompts[] = { 512, 2048, 8192 }, cpu_prompts[] = { 128, 512 };
+	static const int gpu_batches[] = { 1, 8, 32, 64, 128 }, cpu_batches[] = { 1, 4, 8 };
+	static const int cpu_long_batches[] = { 1, 4 };
+	if (!b->n_prompts) {
+		b->n_prompts = cuda ? 3 : 2;
+		memcpy(b->prompts, cuda ? gpu_prompts : cpu_prompts, (size_t)b->n_prompts * sizeof(int));
+	}
+	if (!b->n_batches) {
+		b->n_batches = cuda ? 5 : 3;
+		memcpy(b->batches, cuda ? gpu_batches : cpu_batches, (size_t)b->n_batches * sizeof(int));
+	}
+	if (!b->n_long_batches) {
+		b->n_long_batches = cuda ? 5 : 2;
+		memcpy(b->long_batches, cuda ? gpu_batches : cpu_long_batches,
+		       (size_t)b->n_long_batches * sizeof(int));
+	}
+	if (b->long_context < 0)
+		b->long_context = cuda ? 8192 : 1024;
+	if (!b->gen_tokens)
+		b->gen_tokens = cuda ? 128 : 32;
+}
+
 static int open_and_run(struct bench *b)
 {
 	char err[ATLAS_ERRLEN];
@@ -562,18 +607,25 @@ static int open_and_run(struct bench *b)
 	if (!cfg)
 		return cli_fail(b->cmd, "out of memory");
 	int status = cli_config_build(b->cmd, &b->config, cfg);
-	int widest = 1;
-	for (int i = 0; i < b->n_batches; i++)
-		widest = ATLAS_MAX(widest, b->batches[i]);
-	for (int i = 0; b->long_context && i < b->n_long_batches; i++)
-		widest = ATLAS_MAX(widest, b->long_batches[i]);
-	cfg->max_batch = ATLAS_MAX(cfg->max_batch, widest);
-	cfg->max_sessions = ATLAS_MAX(cfg->max_sessions, widest);
 	if (!status && b->dummy) {
 		snprintf(cfg->load_format, sizeof cfg->load_format, "dummy");
 		snprintf(cfg->model, sizeof cfg->model, "%s-%s", b->arch ? b->arch : "qwen3",
 			 b->shape ? b->shape : "0.6b");
 	}
+	bool cuda = false;
+	if (!status && !b->n_verify &&
+	    bench_copy_bandwidth(cfg, &b->bound.bandwidth, &cuda, err, sizeof err))
+		status = cli_fail(b->cmd, "%s", err);
+	set_defaults(b, cuda);
+	int widest = 1;
+	for (int i = 0; i < b->n_batches; i++)
+		widest = ATLAS_MAX(widest, b->batches[i]);
+	for (int i = 0; b->long_context && i < b->n_long_batches; i++)
+		widest = ATLAS_MAX(widest, b->long_batches[i]);
+	for (int i = 0; b->n_verify && i < b->n_verify_batches; i++)
+		widest = ATLAS_MAX(widest, b->verify_batches[i]);
+	cfg->max_batch = ATLAS_MAX(cfg->max_batch, widest);
+	cfg->max_sessions = ATLAS_MAX(cfg->max_sessions, widest);
 	if (!status && b->n_verify) {
 		FILE *table = b->csv ? NULL : stdout, *csv = b->csv ? stdout : NULL;
 		for (int i = 0; !status && i < b->n_verify_batches; i++)
@@ -582,13 +634,18 @@ static int open_and_run(struct bench *b)
 		free(cfg);
 		return status;
 	}
-	if (!status && bench_copy_bandwidth(cfg, &b->bound.bandwidth, err, sizeof err))
-		status = cli_fail(b->cmd, "%s", err);
 	if (!status && cfg->kv_host_memory &&
 	    bench_host_bandwidth(cfg, &b->bound.host_bandwidth, err, sizeof err))
 		status = cli_fail(b->cmd, "%s", err);
+	if (!status && b->progress)
+		fprintf(stderr, "bench: loading %s%s\n", cfg->model,
+			b->dummy ? " (making random weights)" : "");
 	if (!status)
 		status = cli_open_engine(b->cmd, cfg, &b->e);
+	/* The rows are the report: the engine's line per turn is not, unless
+	 * asked for with -o log_level=debug. */
+	if (!status && !strcmp(cfg->log_level, "info"))
+		atlas_log_set_level(ATLAS_LOG_WARN);
 	free(cfg);
 	if (status)
 		return status;
@@ -610,12 +667,9 @@ int cmd_bench(int argc, char **argv)
 	struct bench *b = calloc(1, sizeof *b);
 	if (!b)
 		return cli_fail(argv[0], "out of memory");
-	*b = (struct bench){ .cmd = argv[0], .n_prompts = 3, .prompts = { 512, 2048, 8192 },
-			     .n_batches = 5, .batches = { 1, 8, 32, 64, 128 },
-			     .n_long_batches = 5, .long_batches = { 1, 8, 32, 64, 128 },
-			     .long_context = 8192, .gen_tokens = 128,
+	*b = (struct bench){ .cmd = argv[0], .long_context = -1,
 			     .n_verify_batches = 2, .verify_batches = { 1, 32 },
-			     .verify_context = 512 };
+			     .verify_context = 512, .progress = isatty(STDERR_FILENO) };
 	bool help = false;
 	int status = parse_args(argc, argv, b, &help);
 	if (!status && help)

@@ -41,9 +41,10 @@ struct bench_bound {
 };
 
 /* Device copy bandwidth of the backend c names, in bytes/s counting bytes
- * read and written (2 x size per copy), as STREAM's copy does. */
-int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, char *err,
-			 size_t errlen);
+ * read and written (2 x size per copy), as STREAM's copy does; *cuda says
+ * whether that backend is cuda. */
+int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, bool *cuda,
+			 char *err, size_t errlen);
 
 /* Host-to-device bandwidth of copies from host_alloc memory (pinned on
  * cuda), the link the swap tier's host tier streams over. */

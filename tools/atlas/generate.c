@@ -232,8 +232,9 @@ static int run(const char *cmd, const struct request *rq, struct atlas_engine *e
 		status = cli_fail(cmd, "%s", st.last_error[0] ? st.last_error : strerror(-end));
 	} else if (rq->ids) {
 		status = print_ids(cmd, s, (uint64_t)turn);
-	} else if (!newline && isatty(STDOUT_FILENO)) {
-		/* The prompt of a terminal must not follow the text on its line. */
+	} else if (!newline) {
+		/* Text output is lines: a shell prompt must not follow the answer
+		 * on its line, and tools that read lines must see the last one. */
 		write_all("\n", 1);
 	}
 out:

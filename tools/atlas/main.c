@@ -1,9 +1,13 @@
-/* atlas: the command-line companion of atlasd (DESIGN §6). Dispatches to one
- * subcommand per file. */
+/* atlas: the command-line companion of atlasd. Dispatches to one subcommand
+ * per file. */
 #include <stdio.h>
 #include <string.h>
 
 #include "tools/atlas/cli.h"
+
+#ifndef ATLAS_VERSION
+#error "tools/meson.build defines ATLAS_VERSION"
+#endif
 
 static const struct command {
 	const char *name;
@@ -23,7 +27,8 @@ static void print_usage(FILE *f)
 	fprintf(f, "usage: atlas COMMAND [OPTIONS]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, "\n`atlas COMMAND --help` describes a command's options.\n");
+	fprintf(f, "\n`atlas COMMAND --help` describes a command's options; "
+		"`atlas --version` prints the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -35,6 +40,10 @@ int main(int argc, char **argv)
 	const char *name = argv[1];
 	if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
 		print_usage(stdout);
+		return 0;
+	}
+	if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+		printf("atlas %s\n", ATLAS_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
