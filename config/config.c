@@ -254,6 +254,18 @@ const struct atlas_key atlas_keys[] = {
 	     "the daemon's memory; a write past it fails with ENOSPC and that prompt is not "
 	     "committed."),
 
+	STRING("fs", session_owner, "",
+	       "User who owns the sessions s1 to sN and the sessions kept across a restart "
+	       "(kv_persist): a user name or a numeric uid. Empty: the user running atlasd. A "
+	       "session made with mkdir belongs to the user who made it. Only a session's owner "
+	       "and root may look inside it, open its files or remove it, whatever "
+	       "default_permissions says; other users who reach the mount (allow_other) see its "
+	       "name and get EACCES (EPERM for rmdir)."),
+	STRING("fs", ctl_owner, "",
+	       "User who owns the mount's root, README and ctl/: a user name or a numeric uid. "
+	       "Empty: the user running atlasd. ctl/ is readable by everyone who reaches the "
+	       "mount and writable only by this user and root."),
+
 	CHOICE("log", log_level, log_level_names, "info",
 	       "Least severe messages that are logged to stderr: error, warn, info or debug."),
 };
@@ -701,6 +713,14 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'ep': expert parallelism needs kv_host_memory 0, "
 				  "kv_disk_memory 0, kv_persist false and no draft_model");
+	const char *const owners[][2] = { { "session_owner", c->session_owner },
+					   { "ctl_owner", c->ctl_owner } };
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(owners); i++) {
+		char why[160];
+		int rc = atlas_config_user(owners[i][1], NULL, NULL, why, sizeof why);
+		if (rc)
+			return atlas_errf(err, errlen, rc, "key '%s': %s", owners[i][0], why);
+	}
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

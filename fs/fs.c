@@ -25,8 +25,15 @@ int atlas_fs_open(struct atlas_engine *e, const struct atlas_config *cfg, struct
 	}
 	fs->engine = e;
 	fs->cfg = *cfg;
-	fs->uid = getuid();
-	fs->gid = getgid();
+	int rc = atlas_config_user(cfg->ctl_owner, &fs->ctl_uid, &fs->ctl_gid, err, errlen);
+	if (!rc)
+		rc = atlas_config_user(cfg->session_owner, &fs->session_uid, &fs->session_gid, err,
+				       errlen);
+	if (rc) {
+		free(fs);
+		free(buf);
+		return rc;
+	}
 	clock_gettime(CLOCK_REALTIME, &fs->born);
 	fs->next_id = 1;
 	fs->wake_buf = buf;
@@ -34,22 +41,25 @@ int atlas_fs_open(struct atlas_engine *e, const struct atlas_config *cfg, struct
 	pthread_mutex_init(&fs->wake_lock, NULL);
 	pthread_cond_init(&fs->wake_cond, NULL);
 
-	int rc = fs_waker_start(fs);
+	rc = fs_waker_start(fs);
 	if (rc)
 		atlas_errf(err, errlen, rc, "filesystem: cannot start the waker thread");
 	for (int i = 1; !rc && i <= cfg->sessions; i++) {
 		char name[16];
 		snprintf(name, sizeof name, "s%d", i);
-		rc = fs_session_create(fs, name, NULL, err, errlen);
+		rc = fs_session_create(fs, name, fs->session_uid, fs->session_gid, NULL, err,
+				       errlen);
 	}
-	/* Sessions a previous atlasd kept (kv_persist) come back as they were. */
+	/* Sessions a previous atlasd kept (kv_persist) come back as they were,
+	 * owned by session_owner (who made them is not kept). */
 	int n_kept = rc ? 0 : atlas_engine_kept(e, NULL, 0);
 	char (*kept)[64] = n_kept ? calloc((size_t)n_kept, sizeof *kept) : NULL;
 	if (n_kept && !kept)
 		rc = atlas_errf(err, errlen, -ENOMEM, "filesystem: out of memory");
 	n_kept = kept ? atlas_engine_kept(e, kept, n_kept) : 0;
 	for (int i = 0; !rc && i < n_kept; i++)
-		rc = fs_session_create(fs, kept[i], NULL, err, errlen);
+		rc = fs_session_create(fs, kept[i], fs->session_uid, fs->session_gid, NULL, err,
+				       errlen);
 	free(kept);
 	if (rc) {
 		atlas_fs_stop(fs);
