@@ -110,14 +110,16 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len);
 int atlas_session_reject(struct atlas_session *s, const char *msg);
 /* Append a turn with this prompt (chat mode wraps it in the model's chat
  * template) and queue it. Returns the turn number (1, 2, ...) or a negative
- * errno: -EBUSY if a turn is still running, -EINVAL for bad UTF-8 or a
- * prompt the template or the tokenizer refuses (then a turn that failed with
- * the message is recorded, as atlas_session_reject does). A prompt that does
- * not fit the context is accepted and fails its turn with EIO and a message
- * saying so. */
+ * errno: -EBUSY if a turn is still running, -ENOMEM. The text is copied and
+ * tokenized later, on the engine's intake thread, so that this returns at
+ * once whatever the prompt's length: a prompt the template or the tokenizer
+ * refuses (bad UTF-8 included), one without tokens and one that does not fit
+ * the context fail their turn with EIO and a message (status last_error),
+ * and their text is not kept in the history. */
 int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,
 			 size_t errlen);
-/* The same with token ids (raw: appended as they are). */
+/* The same with token ids (raw: appended as they are), checked here:
+ * -EINVAL for an id outside the vocabulary. */
 int atlas_session_submit_tokens(struct atlas_session *s, const int32_t *ids, size_t n,
 				char *err, size_t errlen);
 /* A hint that a turn comes soon (its prompt is being written): the engine

@@ -29,6 +29,8 @@
 #include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
 
+struct intake_job;
+
 struct turn {
 	uint64_t number;
 	enum atlas_mode mode;       /* the session's mode when it was submitted */
@@ -43,6 +45,8 @@ struct turn {
 	int error;                  /* 0, -EIO or -ECANCELED once done */
 	char finish[16];            /* "stop", "length", "eos", "error", "cancelled" */
 	uint64_t t_submit_ns, t_first_ns, t_last_ns;
+	struct intake_job *intake;  /* the intake thread's job for its prompt text (which it
+				     * reads without the lock), NULL once tokenized */
 };
 
 /* A session's speculative decoding (engine/speculate.c). */
@@ -72,6 +76,8 @@ struct atlas_session {
 	bool kept;                  /* brought back by kv_persist at open (engine/persist.c) */
 	bool held;                  /* atlas_session_open gave a handle to it (a kept session
 				     * has none until its name is opened) */
+	int intake_jobs;            /* intake jobs that point to it: it is not freed before
+				     * they end */
 	struct atlas_params params;
 	struct atlas_session *next; /* engine.sessions list */
 
@@ -174,6 +180,12 @@ struct atlas_engine {
 	uint64_t n_sessions;
 	struct logits_job *jobs;
 
+	/* The intake thread (engine/submit.c) and its FIFO of text prompts (lock). */
+	pthread_t intake;
+	bool intake_running, intake_stop;
+	pthread_cond_t intake_wake;
+	struct intake_job *intake_head, *intake_tail;
+
 	/* kv_persist (engine/persist.c). */
 	uint64_t model_id, vocab_id;    /* fingerprints of the model directory */
 	struct persist_manifest *kept;  /* read at load, restored before the thread starts */
@@ -241,6 +253,14 @@ void spec_absorb(struct atlas_engine *e);
 void spec_measure(struct atlas_engine *e, int rows, int segs, double seconds);
 void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o);
 const char *spec_slot_state(const struct atlas_session *s);
+
+/* engine/submit.c: the intake thread, started before any session opens and
+ * stopped after every turn has ended (its queued jobs are then dropped);
+ * intake_forget(t), under the lock, when turn t is freed while its prompt
+ * waits for the thread: the job keeps the text. */
+int intake_start(struct atlas_engine *e);
+void intake_stop(struct atlas_engine *e);
+void intake_forget(struct turn *t);
 
 /* engine/params.c */
 void params_defaults(const struct atlas_engine *e, struct atlas_params *p);

@@ -41,6 +41,8 @@ static void turn_free(struct turn *t)
 {
 	if (!t)
 		return;
+	if (t->intake)
+		intake_forget(t);
 	free(t->prompt);
 	free(t->out);
 	free(t);
