@@ -165,6 +165,12 @@ const struct atlas_key atlas_keys[] = {
 	U64("sessions", seed, "0",
 	    "Seed of a new session's sampler: the same seed, settings and prompt give the same "
 	    "answer."),
+	SIZE("sessions", history_max, 0, 1048576 * GIB, "4M",
+	     "Bytes of a session's history (the text of its prompts and answers, and about 64 "
+	     "bytes per turn) kept before its newest turn, in bytes with an optional suffix. "
+	     "When a turn begins, the oldest turns are dropped whole until those before it fit, "
+	     "and the history file then begins with a line that counts them; the newest turn "
+	     "is always kept whole. The model's context is not shortened (reset does that)."),
 	STRING("sessions", system, "",
 	       "System prompt of a new chat session, empty for none. Write a line break as \\n."),
 

@@ -73,6 +73,7 @@ struct atlas_config {
 	int top_k;
 	int max_tokens;
 	uint64_t seed;
+	uint64_t history_max;           /* bytes of a session's history before its newest turn */
 	char system[ATLAS_SYSTEM_MAX];  /* default system prompt, "" for none */
 
 	/* [spec] */

@@ -141,17 +141,19 @@ struct atlas_read {
 };
 /* Copy output of `turn` from byte offset `off`. Never blocks: if nothing is
  * available yet, r->n = 0 and r->more = true. A turn that has been forgotten
- * (reset) reads as ended with -ECANCELED. */
+ * (reset) or dropped (history_max) reads as ended with -ECANCELED. */
 int atlas_session_read(struct atlas_session *s, uint64_t turn, uint64_t off, char *buf,
 		       size_t len, struct atlas_read *r);
 
 /* The token ids of `turn`: what its prompt added to the context (template
  * included) and what it generated so far (malloc'd; caller frees both).
- * -ENOENT for a turn that does not exist (or was forgotten). */
+ * -ENOENT for a turn that does not exist (or was forgotten, or dropped for
+ * history_max). */
 int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **prompt,
 			      size_t *n_prompt, int32_t **generated, size_t *n_generated);
 
-/* The whole transcript as text (malloc'd, NUL-terminated; caller frees). */
+/* The transcript as text (malloc'd, NUL-terminated; caller frees): every
+ * turn history_max keeps, after a line that counts the turns it dropped. */
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len);
 
 struct atlas_session_status {

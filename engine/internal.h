@@ -91,6 +91,7 @@ struct atlas_session {
 	struct turn **turns;
 	size_t n_turns, turns_cap;
 	uint64_t first_turn, next_turn;
+	uint64_t history_dropped;   /* turns dropped for history_max since the last reset */
 
 	enum atlas_state state;
 	bool ended_with_eot;        /* the previous turn ended with the template's end-of-turn token */
@@ -227,6 +228,9 @@ void persist_run(struct atlas_engine *e);
 void session_free(struct atlas_session *s);
 struct turn *session_turn(struct atlas_session *s, uint64_t number);
 struct turn *session_newest(struct atlas_session *s);
+/* Before a turn is added (under the lock, every turn done): drop the
+ * oldest turns until the others fit history_max. */
+void session_trim_history(struct atlas_session *s);
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg);
 void session_accept_token(struct atlas_session *s, int32_t id);
 

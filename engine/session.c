@@ -60,6 +60,30 @@ struct turn *session_newest(struct atlas_session *s)
 	return s->n_turns ? s->turns[s->n_turns - 1] : NULL;
 }
 
+/* What a turn costs in the history: its text and about its two header
+ * lines, so that empty turns count too. */
+#define HISTORY_TURN_BYTES 64
+
+void session_trim_history(struct atlas_session *s)
+{
+	uint64_t bytes = 0;
+	size_t drop = 0;
+	for (size_t i = s->n_turns; i-- > 0;) {
+		const struct turn *t = s->turns[i];
+		bytes += t->prompt_len + t->out_len + HISTORY_TURN_BYTES;
+		if (bytes > s->e->cfg.history_max) {
+			drop = i + 1;
+			break;
+		}
+	}
+	for (size_t i = 0; i < drop; i++)
+		turn_free(s->turns[i]);
+	memmove(s->turns, s->turns + drop, (s->n_turns - drop) * sizeof *s->turns);
+	s->n_turns -= drop;
+	s->first_turn += drop;
+	s->history_dropped += drop;
+}
+
 static void mark(struct atlas_session *s)
 {
 	s->notify = true;
@@ -313,6 +337,7 @@ void atlas_session_reset(struct atlas_session *s)
 		turn_free(s->turns[i]);
 	s->n_turns = 0;
 	s->first_turn = s->next_turn;
+	s->history_dropped = 0;
 	s->req.n_tokens = 0;
 	spec_session_reset(&s->spec);
 	s->ended_with_eot = false;
@@ -435,6 +460,9 @@ int atlas_session_history(struct atlas_session *s, char **text, size_t *len)
 	if (!f)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->e->lock);
+	if (s->history_dropped)
+		fprintf(f, "### %llu earlier turns dropped (history_max)\n",
+			(unsigned long long)s->history_dropped);
 	for (size_t i = 0; i < s->n_turns; i++)
 		history_turn(f, s->turns[i]);
 	pthread_mutex_unlock(&s->e->lock);

@@ -136,6 +136,7 @@ static int busy(struct atlas_session *s, char *err, size_t errlen)
 static struct turn *new_turn(struct atlas_session *s, char *prompt, size_t len)
 {
 	struct atlas_engine *e = s->e;
+	session_trim_history(s);
 	struct turn *t = calloc(1, sizeof *t);
 	if (!t || (s->n_turns == s->turns_cap &&
 		   !(s->turns = realloc(s->turns, (s->turns_cap = s->turns_cap * 2 + 4) *

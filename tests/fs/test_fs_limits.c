@@ -1,6 +1,7 @@
 /* Limits that keep one client from stalling or bloating the daemon for
  * everyone: closing large prompts does not hold the FUSE workers (the
- * engine tokenizes them later), and a session's history is bounded. */
+ * engine tokenizes them later), refused prompts are not kept, and a
+ * session's history is bounded (history_max). */
 #include "client.h"
 
 #include <errno.h>
@@ -108,11 +109,46 @@ static void test_close_does_not_stall(void **state)
 	}
 }
 
+/* history_max is 1K here: a turn of a 200-byte prompt and its answer
+ * counts about 460 bytes, so two turns fit before the newest. */
+static void test_history_cap(void **state)
+{
+	char prompt[201];
+	assert_int_equal(mkdir(mpath(&D, "h"), 0755), 0);
+	for (int turn = 1; turn <= 5; turn++) {
+		memset(prompt, 'a' + turn, 200);
+		prompt[200] = 0;
+		submit("h", prompt);
+		free(answer("h", NULL));
+	}
+	assert_value(mpath(&D, "h/status"), "turns", "5");
+	char *text;
+	size_t len;
+	assert_int_equal(get_file(mpath(&D, "h/history"), &text, &len), 0);
+	const char *head = "### 2 earlier turns dropped (history_max)\n### turn 3 user\n";
+	assert_memory_equal(text, head, strlen(head));
+	assert_null(strstr(text, "### turn 2 "));
+	assert_non_null(strstr(text, "### turn 4 user\n"));
+	assert_non_null(strstr(text, "### turn 5 user\n"));
+	assert_non_null(strstr(text, "ffff"));   /* turn 5's prompt, whole */
+	assert_true(len < 1024 + 600);
+	free(text);
+	/* A reset forgets the count with the turns. */
+	ctl("h", "reset\n");
+	submit("h", "ok");
+	free(answer("h", NULL));
+	assert_int_equal(get_file(mpath(&D, "h/history"), &text, &len), 0);
+	assert_memory_equal(text, "### turn 6 user\n", 16);
+	free(text);
+	assert_int_equal(rmdir(mpath(&D, "h")), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_does_not_stall),
+		cmocka_unit_test(test_history_cap),
 	};
 	return run_mounted_with(argc, argv, "fs-limits", tests, ATLAS_ARRAY_LEN(tests),
-				"max_sessions=8,prompt_memory=64M");
+				"max_sessions=8,prompt_memory=64M,history_max=1K");
 }
