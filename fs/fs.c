@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -84,9 +85,14 @@ int atlas_fs_mount(struct atlas_fs *fs, struct fuse_args *args, const char *moun
 	if (!fs->se)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "cannot start the FUSE session (bad FUSE option?)");
+	/* Resolved before the mount: afterwards it would ask this very mount. */
+	if (!realpath(mountpoint, fs->mountpoint))
+		snprintf(fs->mountpoint, sizeof fs->mountpoint, "%s", mountpoint);
 	if (fuse_session_mount(fs->se, mountpoint) != 0)
 		return atlas_errf(err, errlen, -EIO, "cannot mount on %s", mountpoint);
 	fs->mounted = true;
+	if (fs_watch_find(fs))
+		log_warn("cannot read the mount table: a lazy unmount will need SIGTERM");
 	log_info("mounted on %s", mountpoint);
 	return 0;
 }
@@ -98,13 +104,17 @@ struct fuse_session *atlas_fs_fuse_session(struct atlas_fs *fs)
 
 int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts)
 {
-	int rc;
+	int rc = fs_watch_start(fs);
+	if (rc)
+		log_warn("cannot start the mount watcher: %s", strerror(-rc));
 	if (opts->singlethread) {
 		rc = fuse_session_loop(fs->se);
 	} else {
 		struct fuse_loop_config *lc = fuse_loop_cfg_create();
-		if (!lc)
+		if (!lc) {
+			fs_watch_stop(fs);
 			return -ENOMEM;
+		}
 		/* Parked reads hold no worker, so a few workers serve any number
 		 * of waiting readers; unless told otherwise, keep them all
 		 * instead of respawning. */
@@ -115,6 +125,9 @@ int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts)
 		rc = fuse_session_loop_mt(fs->se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	/* Before the caller removes the signal handlers that the watcher's
+	 * SIGTERM needs. */
+	fs_watch_stop(fs);
 	/* A positive value is the signal that ended the loop: a clean end. */
 	return rc < 0 ? rc : 0;
 }

@@ -5,7 +5,8 @@
  * FUSE operation table; sessions.c the session table; nodes.c names,
  * inodes, attributes and directories; files.c open files and prompts;
  * ctl.c a session's ctl file and its line protocol; stream.c `out`, parked
- * reads and the waker thread; render.c and metrics.c generated text.
+ * reads and the waker thread; watch.c the mount watcher; render.c and
+ * metrics.c generated text.
  *
  * Locks, in the order they nest: fs.lock (the session list and every
  * session's refs), a handle's fs_file.lock (its written bytes), then
@@ -146,6 +147,13 @@ struct atlas_fs {
 	struct atlas_config cfg;
 	struct fuse_session *se;
 	bool mounted;
+	char mountpoint[ATLAS_PATH_MAX]; /* canonical, as the mount table shows it */
+
+	/* The mount watcher (watch.c) and the thread of the request loop. */
+	int mount_id;                    /* in /proc/self/mountinfo, -1: not watched */
+	pthread_t watcher, loop_thread;
+	bool watching;
+	int watch_pipe[2];               /* a byte stops the watcher */
 	uid_t ctl_uid, session_uid;      /* cfg.ctl_owner, cfg.session_owner */
 	gid_t ctl_gid, session_gid;
 	struct timespec born;            /* times of the fixed inodes */
@@ -176,6 +184,13 @@ struct atlas_fs {
  * them back. */
 int fs_hold(struct atlas_fs *fs, uint64_t bytes);
 void fs_unhold(struct atlas_fs *fs, uint64_t bytes);
+
+/* watch.c: note the id of the mount on fs->mountpoint (right after
+ * mounting); while the loop runs, a thread that ends it (as SIGTERM does,
+ * on the calling thread) when a lazy unmount takes the mount away. */
+int fs_watch_find(struct atlas_fs *fs);
+int fs_watch_start(struct atlas_fs *fs);
+void fs_watch_stop(struct atlas_fs *fs);
 
 /* ops.c: the FUSE session of fs, serving the operation table. */
 struct fuse_session *fs_fuse_session_new(struct atlas_fs *fs, struct fuse_args *args);
