@@ -270,7 +270,8 @@ const struct atlas_key atlas_keys[] = {
 	STRING("fs", ctl_owner, "",
 	       "User who owns the mount's root, README and ctl/: a user name or a numeric uid. "
 	       "Empty: the user running atlasd. ctl/ is readable by everyone who reaches the "
-	       "mount and writable only by this user and root."),
+	       "mount; its modes leave writing to this user and root (no ctl/ file takes "
+	       "writes yet)."),
 
 	CHOICE("log", log_level, log_level_names, "info",
 	       "Least severe messages that are logged to stderr: error, warn, info or debug."),
