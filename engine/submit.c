@@ -314,6 +314,12 @@ int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, 
 			 size_t errlen)
 {
 	struct atlas_engine *e = s->e;
+	/* Many handles may commit at once: the copy is for the first alone. */
+	pthread_mutex_lock(&e->lock);
+	int rc = busy(s, err, errlen);
+	pthread_mutex_unlock(&e->lock);
+	if (rc)
+		return rc;
 	struct intake_job *j = calloc(1, sizeof *j);
 	char *copy = malloc(len + 1);
 	if (!j || !copy) {
@@ -324,7 +330,7 @@ int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, 
 	memcpy(copy, text, len);
 	copy[len] = 0;
 	pthread_mutex_lock(&e->lock);
-	int rc = busy(s, err, errlen);
+	rc = busy(s, err, errlen);
 	struct turn *t = rc ? NULL : new_turn(s, copy, len);
 	if (!rc && !t)
 		rc = atlas_errf(err, errlen, -ENOMEM, "out of memory");
