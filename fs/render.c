@@ -205,7 +205,7 @@ static void render_readme(FILE *f, const struct atlas_fs *fs, const struct atlas
 		"  out      the newest turn's answer as a stream; a failed or cancelled turn\n"
 		"           ends with an error (EIO, ECANCELED) after its text\n"
 		"  ctl      settings, one `key value` per line; write lines to change them\n"
-		"  history  the session's turns; the oldest go past history_max\n"
+		"  history  the transcript; the oldest turns drop out past history_max\n"
 		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n"
 		"ctl/:\n"
 		"  slots    one line per engine slot\n"
