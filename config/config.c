@@ -163,6 +163,12 @@ const struct atlas_key atlas_keys[] = {
 	U64("sessions", seed, "0",
 	    "Seed of a new session's sampler: the same seed, settings and prompt give the same "
 	    "answer."),
+	SIZE("sessions", history_max, 0, 1048576 * GIB, "4M",
+	     "Bytes of a session's history (the text of its prompts and answers, and about 64 "
+	     "bytes per turn) kept before its newest turn, in bytes with an optional suffix. "
+	     "When a turn begins, the oldest turns are dropped whole until those before it fit, "
+	     "and the history file then begins with a line that counts them; the newest turn "
+	     "is always kept whole. The model's context is not shortened (reset does that)."),
 	STRING("sessions", system, "",
 	       "System prompt of a new chat session, empty for none. Write a line break as \\n."),
 
@@ -252,6 +258,19 @@ const struct atlas_key atlas_keys[] = {
 	     "being written, ctl lines not yet applied), so that many writers cannot exhaust "
 	     "the daemon's memory; a write past it fails with ENOSPC and that prompt is not "
 	     "committed."),
+
+	STRING("fs", session_owner, "",
+	       "User who owns the sessions s1 to sN and the sessions kept across a restart "
+	       "(kv_persist): a user name or a numeric uid. Empty: the user running atlasd. A "
+	       "session made with mkdir belongs to the user who made it. Only a session's owner "
+	       "and root may look inside it, open its files or remove it, whatever "
+	       "default_permissions says; other users who reach the mount (allow_other) see its "
+	       "name and get EACCES (EPERM for rmdir)."),
+	STRING("fs", ctl_owner, "",
+	       "User who owns the mount's root, README and ctl/: a user name or a numeric uid. "
+	       "Empty: the user running atlasd. ctl/ is readable by everyone who reaches the "
+	       "mount; its modes leave writing to this user and root (no ctl/ file takes "
+	       "writes yet)."),
 
 	CHOICE("log", log_level, log_level_names, "info",
 	       "Least severe messages that are logged: error, warn, info or debug. At info, "
@@ -707,6 +726,14 @@ int atlas_config_validate(const struct atlas_config *c, char *err, size_t errlen
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'ep': expert parallelism needs kv_host_memory 0, "
 				  "kv_disk_memory 0, kv_persist false and no draft_model");
+	const char *const owners[][2] = { { "session_owner", c->session_owner },
+					   { "ctl_owner", c->ctl_owner } };
+	for (size_t i = 0; i < ATLAS_ARRAY_LEN(owners); i++) {
+		char why[160];
+		int rc = atlas_config_user(owners[i][1], NULL, NULL, why, sizeof why);
+		if (rc)
+			return atlas_errf(err, errlen, rc, "key '%s': %s", owners[i][0], why);
+	}
 	if (c->kv_disk_memory && !c->kv_dir[0])
 		return atlas_errf(err, errlen, -EINVAL,
 				  "key 'kv_disk_memory': the disk tier needs a directory in kv_dir");

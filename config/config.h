@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define ATLAS_PATH_MAX 4096
 #define ATLAS_SYSTEM_MAX 8192   /* bytes of a system prompt */
@@ -72,6 +73,7 @@ struct atlas_config {
 	int top_k;
 	int max_tokens;
 	uint64_t seed;
+	uint64_t history_max;           /* bytes of a session's history before its newest turn */
 	char system[ATLAS_SYSTEM_MAX];  /* default system prompt, "" for none */
 
 	/* [spec] */
@@ -97,6 +99,8 @@ struct atlas_config {
 	double attr_timeout;            /* seconds the kernel caches session attributes */
 	uint64_t prompt_max;            /* bytes of one prompt (or ctl batch) of one handle */
 	uint64_t prompt_memory;         /* bytes all open in and ctl handles may hold together */
+	char session_owner[64];         /* user (name or uid) of s1..sN, "" = atlasd's user */
+	char ctl_owner[64];             /* user (name or uid) of the root, README and ctl/ */
 
 	/* [log] */
 	char log_level[16];             /* error | warn | info | debug */
@@ -137,6 +141,12 @@ const char *atlas_config_default_model(void);
 /* paths.c: the installed atlas.conf (PREFIX/etc/atlas/atlas.conf) into buf;
  * -ENOENT when the binary is not installed or the file is missing. */
 int atlas_config_installed_file(char *buf, size_t len);
+
+/* The user a key such as session_owner names: a user name or a numeric
+ * uid; "" is the user running this process. *uid and *gid (the user's
+ * primary group; the process's group for "" or a uid without a passwd
+ * entry) may be NULL. 0, or -ENOENT for an unknown name. */
+int atlas_config_user(const char *text, uid_t *uid, gid_t *gid, char *err, size_t errlen);
 
 /* Parse "512", "64K", "2M", "1G" (powers of 1024). */
 int atlas_parse_size(const char *text, uint64_t *out);

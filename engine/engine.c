@@ -38,7 +38,7 @@ static void housekeeping(struct atlas_engine *e)
 			s->req.prefetch = false;
 			sched_prefetch(&e->sched, &s->req);
 		}
-		if (s->closed) {
+		if (s->closed && !s->intake_jobs) {
 			*pp = s->next;
 			sched_remove(&e->sched, &s->req);
 			session_free(s);
@@ -78,7 +78,7 @@ static void deliver(struct atlas_engine *e, struct atlas_session **list)
 static bool pending_work(struct atlas_engine *e)
 {
 	for (struct atlas_session *s = e->sessions; s; s = s->next)
-		if (s->notify || s->closed || s->req.forgotten)
+		if (s->notify || (s->closed && !s->intake_jobs) || s->req.forgotten)
 			return true;
 	return false;
 }
@@ -341,6 +341,7 @@ static void engine_free(struct atlas_engine *e)
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->wake);
 	pthread_cond_destroy(&e->job_done);
+	pthread_cond_destroy(&e->intake_wake);
 	free(e);
 }
 
@@ -433,13 +434,15 @@ int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out,
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->wake, NULL);
 	pthread_cond_init(&e->job_done, NULL);
+	pthread_cond_init(&e->intake_wake, NULL);
 	if ((rc = load(e, err, errlen))) {
 		engine_free(e);
 		return rc;
 	}
-	if ((rc = -pthread_create(&e->thread, NULL, engine_main, e))) {
+	if ((rc = intake_start(e)) || (rc = -pthread_create(&e->thread, NULL, engine_main, e))) {
+		intake_stop(e);
 		engine_free(e);
-		return atlas_errf(err, errlen, rc, "cannot start the engine thread");
+		return atlas_errf(err, errlen, rc, "cannot start the engine's threads");
 	}
 	log_info("engine: %s (%s, %d layers, %llu parameters, %s) on %s; KV %d blocks of %d tokens",
 		 e->cfg.model, e->mc->architecture, e->mc->n_layers,
@@ -459,6 +462,7 @@ void atlas_engine_close(struct atlas_engine *e)
 		session_end_turn(s, -ECANCELED, "cancelled", NULL);
 	pthread_cond_signal(&e->wake);
 	pthread_mutex_unlock(&e->lock);
+	intake_stop(e);
 	pthread_join(e->thread, NULL);
 	while (e->sessions) {
 		struct atlas_session *s = e->sessions;

@@ -110,14 +110,16 @@ size_t atlas_params_format(const struct atlas_params *p, char *buf, size_t len);
 int atlas_session_reject(struct atlas_session *s, const char *msg);
 /* Append a turn with this prompt (chat mode wraps it in the model's chat
  * template) and queue it. Returns the turn number (1, 2, ...) or a negative
- * errno: -EBUSY if a turn is still running, -EINVAL for bad UTF-8 or a
- * prompt the template or the tokenizer refuses (then a turn that failed with
- * the message is recorded, as atlas_session_reject does). A prompt that does
- * not fit the context is accepted and fails its turn with EIO and a message
- * saying so. */
+ * errno: -EBUSY if a turn is still running, -ENOMEM. The text is copied and
+ * tokenized later, on the engine's intake thread, so that this returns at
+ * once whatever the prompt's length: a prompt the template or the tokenizer
+ * refuses (bad UTF-8 included), one without tokens and one that does not fit
+ * the context fail their turn with EIO and a message (status last_error),
+ * and their text is not kept in the history. */
 int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,
 			 size_t errlen);
-/* The same with token ids (raw: appended as they are). */
+/* The same with token ids (raw: appended as they are), checked here:
+ * -EINVAL for an id outside the vocabulary. */
 int atlas_session_submit_tokens(struct atlas_session *s, const int32_t *ids, size_t n,
 				char *err, size_t errlen);
 /* A hint that a turn comes soon (its prompt is being written): the engine
@@ -139,24 +141,27 @@ struct atlas_read {
 };
 /* Copy output of `turn` from byte offset `off`. Never blocks: if nothing is
  * available yet, r->n = 0 and r->more = true. A turn that has been forgotten
- * (reset) reads as ended with -ECANCELED. */
+ * (reset) or dropped (history_max) reads as ended with -ECANCELED. */
 int atlas_session_read(struct atlas_session *s, uint64_t turn, uint64_t off, char *buf,
 		       size_t len, struct atlas_read *r);
 
 /* The token ids of `turn`: what its prompt added to the context (template
  * included) and what it generated so far (malloc'd; caller frees both).
- * -ENOENT for a turn that does not exist (or was forgotten). */
+ * -ENOENT for a turn that does not exist (or was forgotten, or dropped for
+ * history_max). */
 int atlas_session_turn_tokens(struct atlas_session *s, uint64_t turn, int32_t **prompt,
 			      size_t *n_prompt, int32_t **generated, size_t *n_generated);
 
-/* The whole transcript as text (malloc'd, NUL-terminated; caller frees):
- * per turn "### turn N user" (raw mode: prompt), its prompt, "### turn N
- * assistant" (output), the answer so far, and once the turn has ended
- * "### turn N end: FINISH". It only grows (until reset), so that a reader
- * that follows it (tail -f) reads on from where it was. */
+/* The transcript as text (malloc'd, NUL-terminated; caller frees): when
+ * history_max dropped the oldest turns, a line that counts them
+ * ("### N earlier turns dropped (history_max)"); then per turn "### turn N
+ * user" (raw mode: prompt), its prompt, "### turn N assistant" (output),
+ * the answer so far, and once the turn has ended "### turn N end: FINISH".
+ * Between resets and drops it only grows, so that a reader that follows it
+ * (tail -f) reads on from where it was. */
 int atlas_session_history(struct atlas_session *s, char **text, size_t *len);
-/* Bytes of that transcript now, and of the answer text of all turns
- * together, without making the text. */
+/* Bytes of that transcript now, and of the answer text of every turn since
+ * the last reset (dropped ones too), without making the text. */
 int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers);
 
 struct atlas_session_status {

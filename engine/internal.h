@@ -29,6 +29,8 @@
 #include "engine/step/step.h"
 #include "engine/tokenizer/tokenizer.h"
 
+struct intake_job;
+
 struct turn {
 	uint64_t number;
 	enum atlas_mode mode;       /* the session's mode when it was submitted */
@@ -44,6 +46,8 @@ struct turn {
 	char finish[16];            /* "stop", "length", "eos", "error", "cancelled" */
 	uint64_t t_submit_ns, t_first_ns, t_last_ns;
 	bool stepped;               /* a step has run it: its queue time is recorded */
+	struct intake_job *intake;  /* the intake thread's job for its prompt text (which it
+				     * reads without the lock), NULL once tokenized */
 };
 
 /* A session's speculative decoding (engine/speculate.c). */
@@ -73,6 +77,8 @@ struct atlas_session {
 	bool kept;                  /* brought back by kv_persist at open (engine/persist.c) */
 	bool held;                  /* atlas_session_open gave a handle to it (a kept session
 				     * has none until its name is opened) */
+	int intake_jobs;            /* intake jobs that point to it: it is not freed before
+				     * they end */
 	struct atlas_params params;
 	struct atlas_session *next; /* engine.sessions list */
 
@@ -86,6 +92,9 @@ struct atlas_session {
 	struct turn **turns;
 	size_t n_turns, turns_cap;
 	uint64_t first_turn, next_turn;
+	uint64_t history_dropped;   /* turns dropped for history_max since the last reset */
+	uint64_t dropped_out_bytes; /* their answers' bytes: out's size counts them, so that
+				     * it only grows */
 
 	enum atlas_state state;
 	bool ended_with_eot;        /* the previous turn ended with the template's end-of-turn token */
@@ -175,6 +184,12 @@ struct atlas_engine {
 	uint64_t n_sessions;
 	struct logits_job *jobs;
 
+	/* The intake thread (engine/submit.c) and its FIFO of text prompts (lock). */
+	pthread_t intake;
+	bool intake_running, intake_stop;
+	pthread_cond_t intake_wake;
+	struct intake_job *intake_head, *intake_tail;
+
 	/* kv_persist (engine/persist.c). */
 	uint64_t model_id, vocab_id;    /* fingerprints of the model directory */
 	struct persist_manifest *kept;  /* read at load, restored before the thread starts */
@@ -221,6 +236,9 @@ void latency_finished(struct atlas_turn_stats *st, const char *finish);
 void session_free(struct atlas_session *s);
 struct turn *session_turn(struct atlas_session *s, uint64_t number);
 struct turn *session_newest(struct atlas_session *s);
+/* Before a turn is added (under the lock, every turn done): drop the
+ * oldest turns until the others fit history_max. */
+void session_trim_history(struct atlas_session *s);
 void session_end_turn(struct atlas_session *s, int error, const char *finish, const char *msg);
 void session_accept_token(struct atlas_session *s, int32_t id);
 
@@ -247,6 +265,14 @@ void spec_absorb(struct atlas_engine *e);
 void spec_measure(struct atlas_engine *e, int rows, int segs, double seconds);
 void spec_stats(struct atlas_engine *e, struct atlas_spec_stats *o);
 const char *spec_slot_state(const struct atlas_session *s);
+
+/* engine/submit.c: the intake thread, started before any session opens and
+ * stopped after every turn has ended (its queued jobs are then dropped);
+ * intake_forget(t), under the lock, when turn t is freed while its prompt
+ * waits for the thread: the job keeps the text. */
+int intake_start(struct atlas_engine *e);
+void intake_stop(struct atlas_engine *e);
+void intake_forget(struct turn *t);
 
 /* engine/params.c */
 void params_defaults(const struct atlas_engine *e, struct atlas_params *p);

@@ -42,6 +42,8 @@ static void turn_free(struct turn *t)
 {
 	if (!t)
 		return;
+	if (t->intake)
+		intake_forget(t);
 	free(t->prompt);
 	free(t->out);
 	free(t);
@@ -57,6 +59,32 @@ struct turn *session_turn(struct atlas_session *s, uint64_t number)
 struct turn *session_newest(struct atlas_session *s)
 {
 	return s->n_turns ? s->turns[s->n_turns - 1] : NULL;
+}
+
+/* What a turn costs in the history: its text and about its two header
+ * lines, so that empty turns count too. */
+#define HISTORY_TURN_BYTES 64
+
+void session_trim_history(struct atlas_session *s)
+{
+	uint64_t bytes = 0;
+	size_t drop = 0;
+	for (size_t i = s->n_turns; i-- > 0;) {
+		const struct turn *t = s->turns[i];
+		bytes += t->prompt_len + t->out_len + HISTORY_TURN_BYTES;
+		if (bytes > s->e->cfg.history_max) {
+			drop = i + 1;
+			break;
+		}
+	}
+	for (size_t i = 0; i < drop; i++) {
+		s->dropped_out_bytes += s->turns[i]->out_len;
+		turn_free(s->turns[i]);
+	}
+	memmove(s->turns, s->turns + drop, (s->n_turns - drop) * sizeof *s->turns);
+	s->n_turns -= drop;
+	s->first_turn += drop;
+	s->history_dropped += drop;
 }
 
 static void mark(struct atlas_session *s)
@@ -336,6 +364,8 @@ void atlas_session_reset(struct atlas_session *s)
 		turn_free(s->turns[i]);
 	s->n_turns = 0;
 	s->first_turn = s->next_turn;
+	s->history_dropped = 0;
+	s->dropped_out_bytes = 0;
 	s->req.n_tokens = 0;
 	spec_session_reset(&s->spec);
 	s->ended_with_eot = false;
@@ -464,10 +494,23 @@ static size_t history_turn(FILE *f, const struct turn *t)
 	return len;
 }
 
+/* The line that counts the turns history_max dropped, to f or only
+ * counted with f NULL. Returns its bytes. */
+static size_t history_head(FILE *f, const struct atlas_session *s)
+{
+	char line[96];
+	if (!s->history_dropped)
+		return 0;
+	return emit(f, line, (size_t)snprintf(line, sizeof line,
+					      "### %llu earlier turns dropped (history_max)\n",
+					      (unsigned long long)s->history_dropped));
+}
+
 int atlas_session_sizes(struct atlas_session *s, uint64_t *history, uint64_t *answers)
 {
-	*history = *answers = 0;
 	pthread_mutex_lock(&s->e->lock);
+	*history = history_head(NULL, s);
+	*answers = s->dropped_out_bytes;
 	for (size_t i = 0; i < s->n_turns; i++) {
 		*history += history_turn(NULL, s->turns[i]);
 		*answers += s->turns[i]->out_len;
@@ -484,6 +527,7 @@ int atlas_session_history(struct atlas_session *s, char **text, size_t *len)
 	if (!f)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->e->lock);
+	history_head(f, s);
 	for (size_t i = 0; i < s->n_turns; i++)
 		history_turn(f, s->turns[i]);
 	pthread_mutex_unlock(&s->e->lock);

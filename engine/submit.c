@@ -1,5 +1,13 @@
 /* Turning a prompt into context tokens and queueing the turn.
  *
+ * A text prompt becomes a turn at once (state queued) and goes to the
+ * intake thread, which tokenizes committed prompts one after the other and
+ * then queues each turn for the scheduler, or fails it with the tokenizer's
+ * or the template's message. So a commit of a large prompt costs its caller
+ * (a FUSE worker at close) a copy of the text, not the tokenizer's time,
+ * and the tokenizer runs under no lock. A turn cancelled, reset or closed
+ * meanwhile drops its job's result.
+ *
  * Raw mode appends the prompt's tokens as they are (the post-processor's
  * special tokens, such as a BOS, only at the start of a context). Chat mode
  * wraps the prompt in the model's chat template; the text that closes the
@@ -17,14 +25,25 @@
 #include "common/clock.h"
 #include "engine/internal.h"
 
-/* What the template depends on, read under the lock before tokenizing
- * outside it; the submit is redone if it changed meanwhile. */
+/* What the template depends on, read under the lock when the prompt is
+ * committed: its turn runs from then on, so nothing else changes them. */
 struct prompt_state {
 	bool first;             /* the context is empty */
 	bool ended_with_eot;
 	enum atlas_mode mode;
-	uint64_t epoch;
 	char system[ATLAS_SYSTEM_MAX];
+};
+
+/* A text prompt waiting for the intake thread, or being tokenized by it. */
+struct intake_job {
+	struct atlas_session *s;        /* counted in s->intake_jobs */
+	struct turn *t;                 /* the prompt's turn; NULL once a reset or a close
+					 * freed it */
+	char *text;                     /* [len] the turn's prompt; the job's own once t is
+					 * NULL */
+	size_t len;
+	struct prompt_state ps;
+	struct intake_job *next;        /* engine.intake_head FIFO */
 };
 
 static int parse_ids(const struct atlas_engine *e, const char *text, size_t len, int32_t **ids,
@@ -97,15 +116,7 @@ static void snapshot(struct atlas_session *s, struct prompt_state *ps)
 	ps->first = s->req.n_tokens == 0;
 	ps->ended_with_eot = s->ended_with_eot;
 	ps->mode = s->params.mode;
-	ps->epoch = s->req.epoch;
 	snprintf(ps->system, sizeof ps->system, "%s", s->params.system);
-}
-
-static bool same_state(struct atlas_session *s, const struct prompt_state *ps)
-{
-	return ps->first == (s->req.n_tokens == 0) && ps->ended_with_eot == s->ended_with_eot &&
-	       ps->mode == s->params.mode && ps->epoch == s->req.epoch &&
-	       strcmp(ps->system, s->params.system) == 0;
 }
 
 static int busy(struct atlas_session *s, char *err, size_t errlen)
@@ -120,22 +131,19 @@ static int busy(struct atlas_session *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* A new turn of prompt text[0..len) (under the lock), or NULL when memory
- * is short. */
-static struct turn *new_turn(struct atlas_session *s, const char *text, size_t len)
+/* A new turn whose prompt is `prompt` ([len] + NUL, malloc'd: the turn's
+ * once this succeeds), under the lock; NULL when memory is short. */
+static struct turn *new_turn(struct atlas_session *s, char *prompt, size_t len)
 {
 	struct atlas_engine *e = s->e;
+	session_trim_history(s);
 	struct turn *t = calloc(1, sizeof *t);
-	char *prompt = malloc(len + 1);
-	if (!t || !prompt || (s->n_turns == s->turns_cap &&
-			      !(s->turns = realloc(s->turns, (s->turns_cap = s->turns_cap * 2 + 4) *
-							     sizeof *s->turns)))) {
+	if (!t || (s->n_turns == s->turns_cap &&
+		   !(s->turns = realloc(s->turns, (s->turns_cap = s->turns_cap * 2 + 4) *
+						  sizeof *s->turns)))) {
 		free(t);
-		free(prompt);
 		return NULL;
 	}
-	memcpy(prompt, text, len);
-	prompt[len] = 0;
 	t->prompt = prompt;
 	t->prompt_len = len;
 	t->number = s->next_turn++;
@@ -148,27 +156,38 @@ static struct turn *new_turn(struct atlas_session *s, const char *text, size_t l
 	return t;
 }
 
-/* A prompt that was not accepted, as a turn that has failed with msg (under
- * the lock): status shows it and a reader waiting for the next turn ends.
- * Its text is not kept. */
-static void failed_turn(struct atlas_session *s, const char *msg)
+/* The turn of a prompt that was not accepted fails with msg (under the
+ * lock): status shows it and a reader waiting for it ends. Its text is not
+ * kept. */
+static void reject_turn(struct atlas_session *s, struct turn *t, const char *msg)
 {
-	if (new_turn(s, "", 0))
-		session_end_turn(s, -EIO, "error", msg);
-	else
-		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+	char *p = realloc(t->prompt, 1);
+	if (p)
+		t->prompt = p;
+	t->prompt[0] = 0;
+	t->prompt_len = 0;
+	session_end_turn(s, -EIO, "error", msg);
 }
 
-/* Append the turn (under the lock). The context takes its tokens unless they
- * cannot fit, in which case the turn exists and has failed. */
-static int queue_turn(struct atlas_session *s, const char *text, size_t len, int32_t *ids,
-		      size_t n, char *err, size_t errlen)
+/* A prompt that was not accepted before it reached the engine, as a turn
+ * that has failed with msg (under the lock). */
+static void failed_turn(struct atlas_session *s, const char *msg)
+{
+	char *empty = strdup("");
+	struct turn *t = empty ? new_turn(s, empty, 0) : NULL;
+	if (t) {
+		reject_turn(s, t, msg);
+	} else {
+		free(empty);
+		snprintf(s->last_error, sizeof s->last_error, "%s", msg);
+	}
+}
+
+/* The context takes turn t's prompt tokens and the turn is queued, unless
+ * they cannot fit: then the turn fails (under the lock). */
+static void queue_turn(struct atlas_session *s, struct turn *t, const int32_t *ids, size_t n)
 {
 	struct atlas_engine *e = s->e;
-	struct turn *t = new_turn(s, text, len);
-	if (!t)
-		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
-
 	if (n == 0 || s->req.n_tokens + n >= (size_t)e->context) {
 		char msg[256];
 		if (n == 0)
@@ -181,12 +200,12 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 				 "prompt of %zu tokens does not fit the context: %zu of %d tokens "
 				 "are in use (reset the session to start over)",
 				 n, s->req.n_tokens, e->context);
-		session_end_turn(s, -EIO, "error", msg);
-		return (int)t->number;
+		reject_turn(s, t, msg);
+		return;
 	}
 	if (sched_req_append(&s->req, ids, n)) {
 		session_end_turn(s, -EIO, "error", "out of memory for the context");
-		return (int)t->number;
+		return;
 	}
 	t->n_prompt = n;
 	e->prompt_tokens_total += n;
@@ -197,56 +216,87 @@ static int queue_turn(struct atlas_session *s, const char *text, size_t len, int
 	sched_queue(&e->sched, &s->req);
 	s->state = ATLAS_STATE_QUEUED;
 	pthread_cond_signal(&e->wake);
-	return (int)t->number;
 }
 
-static int submit(struct atlas_session *s, const char *text, size_t len, const int32_t *given,
-		  size_t n_given, char *err, size_t errlen)
+/* The end of job j (under the lock): its tokens go to the context, or its
+ * error ends the turn, if the turn still waits for them (a cancel, reset or
+ * close ended it otherwise). */
+static void intake_done(struct atlas_engine *e, struct intake_job *j, int rc, const int32_t *ids,
+			size_t n, const char *err)
 {
-	struct atlas_engine *e = s->e;
-	struct prompt_state ps;
+	struct atlas_session *s = j->s;
+	struct turn *t = j->t;
+	if (t)
+		t->intake = NULL;
+	else
+		free(j->text);
+	if (t && !t->done && rc)
+		reject_turn(s, t, err);
+	else if (t && !t->done)
+		queue_turn(s, t, ids, n);
+	if (--s->intake_jobs == 0 && s->closed)
+		pthread_cond_signal(&e->wake);   /* the engine thread may free it now */
+	free(j);
+}
+
+/* The intake thread: tokenizes committed text prompts in order, so that a
+ * commit costs its caller (a FUSE worker) a copy of the text and no lock
+ * that another session needs while the tokenizer runs. */
+static void *intake_main(void *arg)
+{
+	struct atlas_engine *e = arg;
+	pthread_mutex_lock(&e->lock);
 	for (;;) {
-		pthread_mutex_lock(&e->lock);
-		int rc = busy(s, err, errlen);
-		snapshot(s, &ps);
-		pthread_mutex_unlock(&e->lock);
-		if (rc)
-			return rc;
-
-		int32_t *ids = NULL;
-		size_t n = n_given;
-		if (given) {
-			for (size_t i = 0; i < n_given; i++)
-				if (given[i] < 0 || given[i] >= e->vocab)
-					return atlas_errf(err, errlen, -EINVAL,
-							  "token id %d is not below the vocabulary "
-							  "size %d", given[i], e->vocab);
-			ids = malloc((n_given + 1) * sizeof *ids);
-			if (!ids)
-				return atlas_errf(err, errlen, -ENOMEM, "out of memory");
-			memcpy(ids, given, n_given * sizeof *ids);
-		} else if ((rc = encode_prompt(e, &ps, text, len, &ids, &n, err, errlen))) {
-			/* A prompt that cannot be tokenized ends the turn a reader waits for. */
-			pthread_mutex_lock(&e->lock);
-			if (rc != -ENOMEM && !busy(s, NULL, 0))
-				failed_turn(s, err);
-			pthread_mutex_unlock(&e->lock);
-			return rc;
-		}
-
-		pthread_mutex_lock(&e->lock);
-		if (!same_state(s, &ps)) {
-			pthread_mutex_unlock(&e->lock);
-			free(ids);
+		struct intake_job *j = e->intake_head;
+		if (!j && e->intake_stop)
+			break;
+		if (!j) {
+			pthread_cond_wait(&e->intake_wake, &e->lock);
 			continue;
 		}
-		rc = busy(s, err, errlen);
-		if (!rc)
-			rc = queue_turn(s, text, len, ids, n, err, errlen);
+		e->intake_head = j->next;
+		if (!e->intake_head)
+			e->intake_tail = NULL;
+		/* Nothing to tokenize for a turn already gone or ended. */
+		const bool wanted = j->t && !j->t->done && !e->intake_stop;
 		pthread_mutex_unlock(&e->lock);
+		int32_t *ids = NULL;
+		size_t n = 0;
+		char err[256] = "";
+		int rc = wanted ? encode_prompt(e, &j->ps, j->text, j->len, &ids, &n, err, sizeof err)
+				: atlas_errf(err, sizeof err, -ECANCELED, "the engine is closing");
+		pthread_mutex_lock(&e->lock);
+		intake_done(e, j, rc, ids, n, err);
 		free(ids);
-		return rc;
 	}
+	pthread_mutex_unlock(&e->lock);
+	return NULL;
+}
+
+int intake_start(struct atlas_engine *e)
+{
+	int rc = -pthread_create(&e->intake, NULL, intake_main, e);
+	e->intake_running = rc == 0;
+	return rc;
+}
+
+void intake_stop(struct atlas_engine *e)
+{
+	if (!e->intake_running)
+		return;
+	pthread_mutex_lock(&e->lock);
+	e->intake_stop = true;
+	pthread_cond_signal(&e->intake_wake);
+	pthread_mutex_unlock(&e->lock);
+	pthread_join(e->intake, NULL);
+	e->intake_running = false;
+}
+
+void intake_forget(struct turn *t)
+{
+	t->intake->t = NULL;
+	t->intake = NULL;
+	t->prompt = NULL;
 }
 
 int atlas_session_reject(struct atlas_session *s, const char *msg)
@@ -260,16 +310,78 @@ int atlas_session_reject(struct atlas_session *s, const char *msg)
 	return rc;
 }
 
+/* The turn is made at once and queued for the intake thread, which
+ * tokenizes the prompt; until then the session is queued with no prompt
+ * tokens. */
 int atlas_session_submit(struct atlas_session *s, const char *text, size_t len, char *err,
 			 size_t errlen)
 {
-	return submit(s, text, len, NULL, 0, err, errlen);
+	struct atlas_engine *e = s->e;
+	/* Many handles may commit at once: the copy is for the first alone. */
+	pthread_mutex_lock(&e->lock);
+	int rc = busy(s, err, errlen);
+	pthread_mutex_unlock(&e->lock);
+	if (rc)
+		return rc;
+	struct intake_job *j = calloc(1, sizeof *j);
+	char *copy = malloc(len + 1);
+	if (!j || !copy) {
+		free(j);
+		free(copy);
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
+	}
+	memcpy(copy, text, len);
+	copy[len] = 0;
+	pthread_mutex_lock(&e->lock);
+	rc = busy(s, err, errlen);
+	struct turn *t = rc ? NULL : new_turn(s, copy, len);
+	if (!rc && !t)
+		rc = atlas_errf(err, errlen, -ENOMEM, "out of memory");
+	if (t) {
+		*j = (struct intake_job){ .s = s, .t = t, .text = copy, .len = len };
+		snapshot(s, &j->ps);
+		t->intake = j;
+		s->intake_jobs++;
+		if (e->intake_tail)
+			e->intake_tail->next = j;
+		else
+			e->intake_head = j;
+		e->intake_tail = j;
+		s->state = ATLAS_STATE_QUEUED;
+		pthread_cond_signal(&e->intake_wake);
+		rc = (int)t->number;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (rc < 0) {
+		free(j);
+		free(copy);
+	}
+	return rc;
 }
 
 int atlas_session_submit_tokens(struct atlas_session *s, const int32_t *ids, size_t n,
 				char *err, size_t errlen)
 {
-	char desc[64];
-	int dl = snprintf(desc, sizeof desc, "(%zu token ids)", n);
-	return submit(s, desc, (size_t)dl, ids, n, err, errlen);
+	struct atlas_engine *e = s->e;
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->vocab)
+			return atlas_errf(err, errlen, -EINVAL, "token id %d is not below the "
+					  "vocabulary size %d", ids[i], e->vocab);
+	char *desc = malloc(64);
+	if (!desc)
+		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
+	int dl = snprintf(desc, 64, "(%zu token ids)", n);
+	pthread_mutex_lock(&e->lock);
+	int rc = busy(s, err, errlen);
+	struct turn *t = rc ? NULL : new_turn(s, desc, (size_t)dl);
+	if (!rc && !t)
+		rc = atlas_errf(err, errlen, -ENOMEM, "out of memory");
+	if (t) {
+		queue_turn(s, t, ids, n);
+		rc = (int)t->number;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (rc < 0)
+		free(desc);
+	return rc;
 }

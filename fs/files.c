@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/utf8.h"
@@ -150,9 +151,16 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	int accmode = fi->flags & O_ACCMODE;
 	struct fs_file *f = NULL;
-	int rc;
 	uint64_t id;
 	enum fs_sfile sf;
+	/* Modes say who may open what: ctl/ is readable by all and writable by
+	 * its owner, a session's files are its owner's. */
+	int rc = fs_permission(req, ino, accmode == O_RDONLY ? R_OK : accmode == O_WRONLY ? W_OK
+							: R_OK | W_OK);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	if (ino > NODE_ROOT && ino < NODE_FIXED_END) {
 		char *text = NULL;
 		size_t len = 0;

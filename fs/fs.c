@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -25,8 +26,15 @@ int atlas_fs_open(struct atlas_engine *e, const struct atlas_config *cfg, struct
 	}
 	fs->engine = e;
 	fs->cfg = *cfg;
-	fs->uid = getuid();
-	fs->gid = getgid();
+	int rc = atlas_config_user(cfg->ctl_owner, &fs->ctl_uid, &fs->ctl_gid, err, errlen);
+	if (!rc)
+		rc = atlas_config_user(cfg->session_owner, &fs->session_uid, &fs->session_gid, err,
+				       errlen);
+	if (rc) {
+		free(fs);
+		free(buf);
+		return rc;
+	}
 	clock_gettime(CLOCK_REALTIME, &fs->born);
 	fs->next_id = 1;
 	fs->wake_buf = buf;
@@ -34,22 +42,25 @@ int atlas_fs_open(struct atlas_engine *e, const struct atlas_config *cfg, struct
 	pthread_mutex_init(&fs->wake_lock, NULL);
 	pthread_cond_init(&fs->wake_cond, NULL);
 
-	int rc = fs_waker_start(fs);
+	rc = fs_waker_start(fs);
 	if (rc)
 		atlas_errf(err, errlen, rc, "filesystem: cannot start the waker thread");
 	for (int i = 1; !rc && i <= cfg->sessions; i++) {
 		char name[16];
 		snprintf(name, sizeof name, "s%d", i);
-		rc = fs_session_create(fs, name, NULL, err, errlen);
+		rc = fs_session_create(fs, name, fs->session_uid, fs->session_gid, NULL, err,
+				       errlen);
 	}
-	/* Sessions a previous atlasd kept (kv_persist) come back as they were. */
+	/* Sessions a previous atlasd kept (kv_persist) come back as they were,
+	 * owned by session_owner (who made them is not kept). */
 	int n_kept = rc ? 0 : atlas_engine_kept(e, NULL, 0);
 	char (*kept)[64] = n_kept ? calloc((size_t)n_kept, sizeof *kept) : NULL;
 	if (n_kept && !kept)
 		rc = atlas_errf(err, errlen, -ENOMEM, "filesystem: out of memory");
 	n_kept = kept ? atlas_engine_kept(e, kept, n_kept) : 0;
 	for (int i = 0; !rc && i < n_kept; i++)
-		rc = fs_session_create(fs, kept[i], NULL, err, errlen);
+		rc = fs_session_create(fs, kept[i], fs->session_uid, fs->session_gid, NULL, err,
+				       errlen);
 	free(kept);
 	if (rc) {
 		atlas_fs_stop(fs);
@@ -74,9 +85,14 @@ int atlas_fs_mount(struct atlas_fs *fs, struct fuse_args *args, const char *moun
 	if (!fs->se)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "cannot start the FUSE session (bad FUSE option?)");
+	/* Resolved before the mount: afterwards it would ask this very mount. */
+	if (!realpath(mountpoint, fs->mountpoint))
+		snprintf(fs->mountpoint, sizeof fs->mountpoint, "%s", mountpoint);
 	if (fuse_session_mount(fs->se, mountpoint) != 0)
 		return atlas_errf(err, errlen, -EIO, "cannot mount on %s", mountpoint);
 	fs->mounted = true;
+	if (fs_watch_find(fs))
+		log_warn("cannot read the mount table: a lazy unmount will need SIGTERM");
 	log_info("mounted on %s", mountpoint);
 	return 0;
 }
@@ -88,13 +104,17 @@ struct fuse_session *atlas_fs_fuse_session(struct atlas_fs *fs)
 
 int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts)
 {
-	int rc;
+	int rc = fs_watch_start(fs);
+	if (rc)
+		log_warn("cannot start the mount watcher: %s", strerror(-rc));
 	if (opts->singlethread) {
 		rc = fuse_session_loop(fs->se);
 	} else {
 		struct fuse_loop_config *lc = fuse_loop_cfg_create();
-		if (!lc)
+		if (!lc) {
+			fs_watch_stop(fs);
 			return -ENOMEM;
+		}
 		/* Parked reads hold no worker, so a few workers serve any number
 		 * of waiting readers; unless told otherwise, keep them all
 		 * instead of respawning. */
@@ -105,6 +125,9 @@ int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts)
 		rc = fuse_session_loop_mt(fs->se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	/* Before the caller removes the signal handlers that the watcher's
+	 * SIGTERM needs. */
+	fs_watch_stop(fs);
 	/* A positive value is the signal that ended the loop: a clean end. */
 	return rc < 0 ? rc : 0;
 }

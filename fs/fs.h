@@ -41,7 +41,10 @@ struct fuse_session *atlas_fs_fuse_session(struct atlas_fs *fs);
 /* Serve requests until the filesystem is unmounted or the session exits (a
  * signal), as fuse_parse_cmdline's options say: -s serves from the calling
  * thread, else worker threads (max_threads, max_idle_threads, clone_fd).
- * Returns 0 on a clean end, a negative errno otherwise. */
+ * A lazy unmount (umount -l) ends it too, even while files of the mount are
+ * open: a watcher thread then sends SIGTERM to the calling thread, whose
+ * handler must be libfuse's (fuse_set_signal_handlers). Returns 0 on a
+ * clean end, a negative errno otherwise. */
 int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts);
 
 /* After the loop: answer parked reads (ECANCELED), stop the waker thread and

@@ -5,7 +5,8 @@
  * FUSE operation table; sessions.c the session table; nodes.c names,
  * inodes, attributes and directories; files.c open files and prompts;
  * ctl.c a session's ctl file and its line protocol; stream.c `out`, parked
- * reads and the waker thread; render.c and metrics.c generated text.
+ * reads and the waker thread; watch.c the mount watcher; render.c and
+ * metrics.c generated text.
  *
  * Locks, in the order they nest: fs.lock (the session list and every
  * session's refs), a handle's fs_file.lock (its written bytes), then
@@ -89,6 +90,8 @@ struct fs_session {
 	uint64_t id;                     /* inode block, never reused */
 	char name[64];
 	uintptr_t key;                   /* address of the engine handle, to match notifies */
+	uid_t uid;                       /* its owner: who made it, or cfg.session_owner */
+	gid_t gid;
 	int refs;                        /* under fs.lock: the list's (until removed) + handles' */
 	bool removed;                    /* rmdir'd: no longer found by name or inode */
 	struct timespec born;            /* times of its inodes */
@@ -148,8 +151,15 @@ struct atlas_fs {
 	struct atlas_config cfg;
 	struct fuse_session *se;
 	bool mounted;
-	uid_t uid;
-	gid_t gid;
+	char mountpoint[ATLAS_PATH_MAX]; /* canonical, as the mount table shows it */
+
+	/* The mount watcher (watch.c) and the thread of the request loop. */
+	int mount_id;                    /* in /proc/self/mountinfo, -1: not watched */
+	pthread_t watcher, loop_thread;
+	bool watching;
+	int watch_pipe[2];               /* a byte stops the watcher */
+	uid_t ctl_uid, session_uid;      /* cfg.ctl_owner, cfg.session_owner */
+	gid_t ctl_gid, session_gid;
 	struct timespec born;            /* times of the fixed inodes */
 
 	/* Bytes the open in and ctl handles hold (their buffers), at most
@@ -179,13 +189,20 @@ struct atlas_fs {
 int fs_hold(struct atlas_fs *fs, uint64_t bytes);
 void fs_unhold(struct atlas_fs *fs, uint64_t bytes);
 
+/* watch.c: note the id of the mount on fs->mountpoint (right after
+ * mounting); while the loop runs, a thread that ends it (as SIGTERM does,
+ * on the calling thread) when a lazy unmount takes the mount away. */
+int fs_watch_find(struct atlas_fs *fs);
+int fs_watch_start(struct atlas_fs *fs);
+void fs_watch_stop(struct atlas_fs *fs);
+
 /* ops.c: the FUSE session of fs, serving the operation table. */
 struct fuse_session *fs_fuse_session_new(struct atlas_fs *fs, struct fuse_args *args);
 
 /* sessions.c: the session table. Lookups return the session with a ref
  * (fs_session_put drops it), NULL if none. */
-int fs_session_create(struct atlas_fs *fs, const char *name, struct fs_session **out, char *err,
-		      size_t errlen);
+int fs_session_create(struct atlas_fs *fs, const char *name, uid_t uid, gid_t gid,
+		      struct fs_session **out, char *err, size_t errlen);
 struct fs_session *fs_session_by_name(struct atlas_fs *fs, const char *name);
 /* With removed_too, a removed session that open handles still keep is found. */
 struct fs_session *fs_session_by_id(struct atlas_fs *fs, uint64_t id, bool removed_too);
@@ -202,9 +219,15 @@ struct fs_session *fs_session_take_next(struct atlas_fs *fs);
 /* Free s whatever its refs (atlas_fs_free). */
 void fs_session_free(struct fs_session *s);
 
-/* nodes.c: names, inodes, attributes and directories */
+/* nodes.c: names, inodes, attributes, permissions and directories */
 extern const char *const fs_sfile_names[SF_END];
 bool fs_ino_session(fuse_ino_t ino, uint64_t *id, enum fs_sfile *f);
+/* Whether the caller of req may access inode ino for mask (R_OK, W_OK,
+ * X_OK; F_OK: it exists), by its owner and mode as the kernel's
+ * default_permissions checks them (root may do anything): 0, -EACCES or
+ * -ENOENT. Every request checks this itself, so that the owners hold
+ * whatever default_permissions says. */
+int fs_permission(fuse_req_t req, fuse_ino_t ino, int mask);
 void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
 void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
@@ -215,6 +238,7 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		   struct fuse_file_info *fi);
 void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
 void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
 void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);

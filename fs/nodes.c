@@ -1,5 +1,15 @@
-/* The names of the tree: inodes, attributes, lookup, directories, and the
- * session directories made and removed with mkdir and rmdir. */
+/* The names of the tree: inodes, attributes, permissions, lookup,
+ * directories, and the session directories made and removed with mkdir and
+ * rmdir.
+ *
+ * Owners: a session and its files belong to the user who made it (mkdir)
+ * or to session_owner (s1..sN), with modes for the owner alone; the root,
+ * README and ctl/ belong to ctl_owner. The root is writable by everyone and
+ * sticky, as /tmp is: anyone who reaches the mount may make a session, and
+ * only its owner (or root) may remove it. Every request checks the caller
+ * against these modes itself, so that they hold without
+ * default_permissions too; other users see a session's name and owner, and
+ * nothing inside it. */
 #include "fs/internal.h"
 
 #include <errno.h>
@@ -7,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -16,10 +27,11 @@ const char *const fs_sfile_names[SF_END] = {
 	[SF_HISTORY] = "history", [SF_STATUS] = "status",
 };
 
-/* Modes of a session's files: prompts in, answers out, settings both ways. */
+/* Modes of a session's files, for its owner alone: prompts in, answers
+ * out, settings both ways. */
 static const mode_t sfile_modes[SF_END] = {
-	[SF_DIR] = S_IFDIR | 0555, [SF_IN] = S_IFREG | 0220, [SF_OUT] = S_IFREG | 0440,
-	[SF_CTL] = S_IFREG | 0660, [SF_HISTORY] = S_IFREG | 0440, [SF_STATUS] = S_IFREG | 0440,
+	[SF_DIR] = S_IFDIR | 0500, [SF_IN] = S_IFREG | 0200, [SF_OUT] = S_IFREG | 0400,
+	[SF_CTL] = S_IFREG | 0600, [SF_HISTORY] = S_IFREG | 0400, [SF_STATUS] = S_IFREG | 0400,
 };
 
 struct fixed_node {
@@ -29,7 +41,7 @@ struct fixed_node {
 };
 
 static const struct fixed_node fixed[NODE_FIXED_END] = {
-	[NODE_ROOT] = { NODE_ROOT, "", S_IFDIR | 0755 },
+	[NODE_ROOT] = { NODE_ROOT, "", S_IFDIR | S_ISVTX | 0777 },
 	[NODE_README] = { NODE_ROOT, "README", S_IFREG | 0444 },
 	[NODE_CTL] = { NODE_ROOT, "ctl", S_IFDIR | 0555 },
 	[NODE_CTL_SLOTS] = { NODE_CTL, "slots", S_IFREG | 0444 },
@@ -55,15 +67,15 @@ bool fs_ino_session(fuse_ino_t ino, uint64_t *id, enum fs_sfile *f)
 	return true;
 }
 
-static void fill(struct atlas_fs *fs, fuse_ino_t ino, mode_t mode, const struct timespec *t,
+static void fill(fuse_ino_t ino, mode_t mode, uid_t uid, gid_t gid, const struct timespec *t,
 		 struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = ino;
 	st->st_mode = mode;
 	st->st_nlink = S_ISDIR(mode) ? 2 : 1;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = uid;
+	st->st_gid = gid;
 	st->st_blksize = 4096;
 	st->st_atim = st->st_mtim = st->st_ctim = *t;
 }
@@ -84,7 +96,7 @@ static unsigned count_sessions(struct atlas_fs *fs)
 static int node_attr(struct atlas_fs *fs, fuse_ino_t ino, bool removed_too, struct stat *st)
 {
 	if (ino >= NODE_ROOT && ino < NODE_FIXED_END) {
-		fill(fs, ino, fixed[ino].mode, &fs->born, st);
+		fill(ino, fixed[ino].mode, fs->ctl_uid, fs->ctl_gid, &fs->born, st);
 		if (ino == NODE_ROOT)
 			st->st_nlink = 3 + count_sessions(fs);
 		return 0;
@@ -96,7 +108,7 @@ static int node_attr(struct atlas_fs *fs, fuse_ino_t ino, bool removed_too, stru
 	struct fs_session *s = fs_session_by_id(fs, id, removed_too);
 	if (!s)
 		return -ENOENT;
-	fill(fs, ino, sfile_modes[f], &s->born, st);
+	fill(ino, sfile_modes[f], s->uid, s->gid, &s->born, st);
 	/* history has its real size, so that tail -f and less +F follow it; out
 	 * the bytes of every answer so far, which only grows (a size that fell
 	 * would be taken for a truncation that out, a stream, cannot seek back
@@ -111,6 +123,39 @@ static int node_attr(struct atlas_fs *fs, fuse_ino_t ino, bool removed_too, stru
 	}
 	fs_session_put(s);
 	return 0;
+}
+
+/* Whether a caller may access a node of attributes st for mask, by the
+ * bits of the owner (its uid) or of others; root needs no bit but an
+ * execute bit of a file. */
+static bool mode_allows(const struct fuse_ctx *c, const struct stat *st, int mask)
+{
+	if (c->uid == 0)
+		return !(mask & X_OK) || S_ISDIR(st->st_mode) || (st->st_mode & 0111);
+	mode_t bits = c->uid == st->st_uid ? st->st_mode >> 6 : st->st_mode;
+	return (mask & (int)bits & 7) == (mask & 7);
+}
+
+int fs_permission(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct atlas_fs *fs = fuse_req_userdata(req);
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct stat st;
+	int rc = node_attr(fs, ino, true, &st);
+	if (rc)
+		return rc;
+	/* A session's file is reached through its directory: without
+	 * default_permissions the kernel does not check that on a name it
+	 * has cached for another user. */
+	uint64_t id;
+	enum fs_sfile f;
+	if (fs_ino_session(ino, &id, &f) && f != SF_DIR) {
+		struct stat dir;
+		rc = node_attr(fs, ino - (fuse_ino_t)f, true, &dir);
+		if (rc || !mode_allows(c, &dir, X_OK))
+			return rc ? rc : -EACCES;
+	}
+	return mode_allows(c, &st, mask) ? 0 : -EACCES;
 }
 
 static void reply_entry(fuse_req_t req, struct atlas_fs *fs, fuse_ino_t ino)
@@ -156,8 +201,11 @@ static fuse_ino_t find(struct atlas_fs *fs, fuse_ino_t parent, const char *name)
 void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
-	fuse_ino_t ino = find(fs, parent, name);
-	if (!ino)
+	int rc = fs_permission(req, parent, X_OK);
+	fuse_ino_t ino = rc ? 0 : find(fs, parent, name);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else if (!ino)
 		fuse_reply_err(req, ENOENT);
 	else
 		reply_entry(req, fs, ino);
@@ -178,11 +226,18 @@ void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	struct stat st;
-	int rc = node_attr(fs, ino, true, &st);
+	int rc = fs_permission(req, ino, F_OK);
+	if (!rc)
+		rc = node_attr(fs, ino, true, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+}
+
+void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	fuse_reply_err(req, -fs_permission(req, ino, mask));
 }
 
 /* Truncating `in` or `ctl` (a shell's `>`) is accepted and changes nothing;
@@ -192,9 +247,13 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
 {
 	struct atlas_fs *fs = fuse_req_userdata(req);
 	struct stat st;
-	int rc = node_attr(fs, ino, false, &st);
+	int rc = fs_permission(req, ino, F_OK);
+	if (!rc)
+		rc = node_attr(fs, ino, false, &st);
 	if (!rc && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))
 		rc = -EPERM;
+	if (!rc && (to_set & FUSE_SET_ATTR_SIZE))
+		rc = fs_permission(req, ino, W_OK);
 	if (!rc && (to_set & FUSE_SET_ATTR_SIZE)) {
 		uint64_t id;
 		enum fs_sfile f;
@@ -286,7 +345,9 @@ static int dir_snapshot(struct atlas_fs *fs, fuse_ino_t ino, struct dir_list **o
 void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct dir_list *dl;
-	int rc = dir_snapshot(fuse_req_userdata(req), ino, &dl);
+	int rc = fs_permission(req, ino, R_OK);
+	if (!rc)
+		rc = dir_snapshot(fuse_req_userdata(req), ino, &dl);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -337,17 +398,32 @@ void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mod
 	}
 	char err[ATLAS_ERRLEN];
 	struct fs_session *s;
-	int rc = fs_session_create(fs, name, &s, err, sizeof err);
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	int rc = fs_permission(req, parent, W_OK | X_OK);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	rc = fs_session_create(fs, name, c->uid, c->gid, &s, err, sizeof err);
 	if (rc) {
 		log_info("mkdir %s: %s", name, err);
 		/* max_sessions reached: the tree has no room for another directory. */
 		fuse_reply_err(req, rc == -EMFILE ? ENOSPC : -rc);
 		return;
 	}
-	log_info("session %s made", name);
+	log_info("session %s made by uid %u", name, (unsigned)c->uid);
 	fuse_ino_t ino = session_ino(s, SF_DIR);
 	fs_session_put(s);
 	reply_entry(req, fs, ino);
+}
+
+/* Whether the caller of req is root or the owner of ino. */
+static bool owns(fuse_req_t req, fuse_ino_t ino)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	struct stat st;
+	return c->uid == 0 || (node_attr(fuse_req_userdata(req), ino, false, &st) == 0 &&
+			       st.st_uid == c->uid);
 }
 
 void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -361,6 +437,8 @@ void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		rc = -ENOTDIR;
 	else if (ino < NODE_FIXED_END)
 		rc = S_ISDIR(fixed[ino].mode) ? -EACCES : -ENOTDIR;
+	else if (!owns(req, ino))
+		rc = -EPERM;   /* the root is sticky (and writable by everyone) */
 	else
 		rc = fs_session_remove(fs, name);
 	fuse_reply_err(req, -rc);

@@ -28,6 +28,7 @@ static const struct fuse_lowlevel_ops fs_ops = {
 	.opendir = fs_op_opendir,
 	.readdir = fs_op_readdir,
 	.releasedir = fs_op_releasedir,
+	.access = fs_op_access,
 	.mkdir = fs_op_mkdir,
 	.rmdir = fs_op_rmdir,
 	.unlink = fs_op_unlink,

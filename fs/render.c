@@ -195,7 +195,7 @@ static void render_readme(FILE *f, const struct atlas_fs *fs, const struct atlas
 		"  echo 'temperature 0' > s1/ctl         change a setting of s1\n"
 		"  echo cancel > s1/ctl                  stop the running turn\n"
 		"  echo reset > s1/ctl                   forget s1's history\n"
-		"  mkdir NAME, rmdir NAME                make or remove a session\n\n"
+		"  mkdir NAME, rmdir NAME                make (yours) or remove a session\n\n"
 		"A session directory:\n"
 		"  in       write a prompt (UTF-8 text); it is committed at close. A write\n"
 		"           fails with EBUSY while a turn runs, EFBIG past prompt_max, ENOSPC\n"
@@ -208,8 +208,8 @@ static void render_readme(FILE *f, const struct atlas_fs *fs, const struct atlas
 		"  ctl      settings, one `key value` per line; write lines to change them\n"
 		"           (below); a bad line fails its write with EINVAL and reading\n"
 		"           ctl back then ends with `# error: WHY`\n"
-		"  history  every turn of the session; it only grows (until reset), so\n"
-		"           `tail -f s1/history` follows the conversation\n"
+		"  history  every turn of the session; `tail -f s1/history` follows the\n"
+		"           conversation; the oldest turns drop out past history_max\n"
 		"  status   state, tokens, KV blocks, time to first token, tokens/s, last error\n\n");
 	fprintf(f,
 		"ctl settings and their values:\n"

@@ -16,8 +16,8 @@
 #include "common/err.h"
 #include "common/log.h"
 
-int fs_session_create(struct atlas_fs *fs, const char *name, struct fs_session **out, char *err,
-		      size_t errlen)
+int fs_session_create(struct atlas_fs *fs, const char *name, uid_t uid, gid_t gid,
+		      struct fs_session **out, char *err, size_t errlen)
 {
 	struct fs_session *s = calloc(1, sizeof *s);
 	if (!s)
@@ -28,6 +28,8 @@ int fs_session_create(struct atlas_fs *fs, const char *name, struct fs_session *
 		return rc;
 	}
 	s->fs = fs;
+	s->uid = uid;
+	s->gid = gid;
 	s->key = (uintptr_t)s->es;
 	snprintf(s->name, sizeof s->name, "%s", name);
 	clock_gettime(CLOCK_REALTIME, &s->born);

@@ -253,6 +253,32 @@ static void test_validate(void **state)
 	c.top_p = 0;
 	assert_true(atlas_config_validate(&c, err, sizeof err) < 0);
 	assert_non_null(strstr(err, "key 'top_p'"));
+
+	/* Owners are users by name or uid. */
+	atlas_config_defaults(&c);
+	strcpy(c.ctl_owner, "no-such-user-atlas");
+	assert_int_equal(atlas_config_validate(&c, err, sizeof err), -ENOENT);
+	assert_non_null(strstr(err, "key 'ctl_owner'"));
+	assert_non_null(strstr(err, "no-such-user-atlas"));
+	atlas_config_defaults(&c);
+	strcpy(c.session_owner, "12x");
+	assert_true(atlas_config_validate(&c, err, sizeof err) < 0);
+	assert_non_null(strstr(err, "key 'session_owner'"));
+	strcpy(c.session_owner, "4294967295");
+	assert_true(atlas_config_validate(&c, err, sizeof err) < 0);
+	strcpy(c.session_owner, "root");
+	strcpy(c.ctl_owner, "123456");
+	assert_int_equal(atlas_config_validate(&c, err, sizeof err), 0);
+	uid_t uid;
+	gid_t gid;
+	assert_int_equal(atlas_config_user("root", &uid, &gid, err, sizeof err), 0);
+	assert_int_equal(uid, 0);
+	assert_int_equal(gid, 0);
+	assert_int_equal(atlas_config_user("123456", &uid, NULL, err, sizeof err), 0);
+	assert_int_equal(uid, 123456);
+	assert_int_equal(atlas_config_user("", &uid, &gid, err, sizeof err), 0);
+	assert_int_equal(uid, getuid());
+	assert_int_equal(gid, getgid());
 }
 
 /* A config unlike the defaults in every key, with text that needs escapes. */
@@ -267,6 +293,7 @@ static void odd_config(struct atlas_config *c)
 		{ "top_k", "0" }, { "max_tokens", "1" }, { "seed", "18446744073709551615" },
 		{ "mountpoint", " /mnt/atlas " }, { "allow_other", "on" },
 		{ "default_permissions", "1" }, { "attr_timeout", "0.1" }, { "log_level", "error" },
+		{ "session_owner", "0" }, { "ctl_owner", "root" },
 	};
 	char err[ATLAS_ERRLEN];
 	atlas_config_defaults(c);

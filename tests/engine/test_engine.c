@@ -1,7 +1,8 @@
 /* The engine's invariants on the cpu backend (DESIGN §4), through its public
  * API: greedy tokens are identical alone or batched, for any prefill chunk
  * size, with or without preemption; a second turn continues on the KV of the
- * first; bad input fails one turn and leaves the engine working.
+ * first; bad input fails one turn and leaves the engine working; text
+ * prompts are tokenized on the engine's own thread.
  *
  * Usage: test_engine MODEL_DIR   (exit 77 when the directory is missing)
  * ATLAS_TEST_BACKEND=cuda runs the same checks on another backend.
@@ -425,6 +426,66 @@ static void test_seeded_sampling_is_reproducible(void **state)
 	atlas_engine_close(e);
 }
 
+/* Text prompts are tokenized on the engine's intake thread: a submit
+ * returns at once with its turn queued; a cancel, a reset or a close while
+ * the prompt waits there drops it; a prompt the context cannot hold fails
+ * its turn, and its text is not kept. (Without a tokenizer the text is a
+ * list of ids, parsed there too.) */
+static void test_text_prompts_tokenize_later(void **state)
+{
+	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
+	const bool tok = atlas_engine_tokenizer(e) != NULL;
+	const size_t big = 256u << 10;
+	char *text = malloc(big + 1), err[ATLAS_ERRLEN];
+	assert_non_null(text);
+	const char *word = tok ? "the quick brown fox " : "1 ";
+	for (size_t i = 0; i < big; i++)
+		text[i] = word[i % strlen(word)];
+	text[big] = 0;
+	struct atlas_session *s, *u;
+	assert_int_equal(atlas_session_open(e, "t", &s, err, sizeof err), 0);
+	assert_int_equal(atlas_session_submit(s, text, big, err, sizeof err), 1);
+	struct atlas_session_status st;
+	/* Tokenizing takes far longer than these calls; parsing ids may not. */
+	if (tok) {
+		atlas_session_status(s, &st);
+		assert_string_equal(atlas_state_name(st.state), "queued");
+		assert_int_equal(st.prompt_tokens, 0);
+		assert_int_equal(atlas_session_submit(s, "x", 1, err, sizeof err), -EBUSY);
+	}
+	atlas_session_cancel(s);
+	const int end = et_wait_turn(s, 1, NULL, 0, 0);
+	assert_true(end == -ECANCELED || (!tok && end == -EIO));
+
+	assert_int_equal(atlas_session_submit(s, text, big, err, sizeof err), 2);
+	atlas_session_reset(s);
+	assert_int_equal(et_wait_turn(s, 2, NULL, 0, 0), -ECANCELED);
+
+	assert_int_equal(atlas_session_submit(s, text, big, err, sizeof err), 3);
+	assert_int_equal(et_wait_turn(s, 3, NULL, 0, 0), -EIO);
+	atlas_session_status(s, &st);
+	assert_non_null(strstr(st.last_error, "does not fit the context"));
+	char *history;
+	size_t len;
+	assert_int_equal(atlas_session_history(s, &history, &len), 0);
+	assert_true(len < 256);
+	free(history);
+	/* The session takes the next prompt. */
+	et_set(s, "max_tokens", "2");
+	int32_t ids[4] = { 1, 2, 3, 4 };
+	assert_int_equal(atlas_session_submit_tokens(s, ids, 4, err, sizeof err), 4);
+	assert_int_equal(et_wait_turn(s, 4, NULL, 0, 0), 0);
+
+	/* Closed with prompts still waiting: nothing leaks or runs late. */
+	assert_int_equal(atlas_session_submit(s, text, big, err, sizeof err), 5);
+	atlas_session_close(s);
+	assert_int_equal(atlas_session_open(e, "u", &u, err, sizeof err), 0);
+	assert_int_equal(atlas_session_submit(u, text, big, err, sizeof err), 1);
+	atlas_session_close(u);
+	atlas_engine_close(e);
+	free(text);
+}
+
 static void test_session_names_and_limits(void **state)
 {
 	struct atlas_engine *e = open_engine(2, 64, 64ull << 20);
@@ -489,6 +550,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_fails_one_turn_only),
 		cmocka_unit_test(test_cancel_reset_and_busy),
 		cmocka_unit_test(test_seeded_sampling_is_reproducible),
+		cmocka_unit_test(test_text_prompts_tokenize_later),
 		cmocka_unit_test(test_session_names_and_limits),
 		cmocka_unit_test(test_weights_truncated_under_the_engine),
 	};

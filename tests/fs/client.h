@@ -67,10 +67,11 @@ static inline void assert_value(const char *path, const char *key, const char *w
 	free(v);
 }
 
-/* Mount D, run the tests, stop atlasd with SIGTERM: it must exit 0 and
- * leave nothing mounted. */
-static inline int run_mounted(int argc, char **argv, const char *name,
-			      const struct CMUnitTest *tests, size_t n)
+/* Mount D (with the -o options of `more` too, when not NULL), run the
+ * tests, stop atlasd with SIGTERM: it must exit 0 and leave nothing
+ * mounted. */
+static inline int run_mounted_with(int argc, char **argv, const char *name,
+				   const struct CMUnitTest *tests, size_t n, const char *more)
 {
 	int rc = harness_args(argc, argv);
 	if (rc)
@@ -85,6 +86,7 @@ static inline int run_mounted(int argc, char **argv, const char *name,
 		"-o", model, "-o", "backend=cpu,threads=1,kv_memory=1M",
 		"-o", "sessions=2,max_sessions=5,max_batch=3,temperature=0.5,attr_timeout=0.1",
 		"-o", "prompt_memory=40M",
+		more ? "-o" : NULL, more,
 		NULL,
 	};
 	rc = daemon_start(&D, args);
@@ -106,6 +108,12 @@ static inline int run_mounted(int argc, char **argv, const char *name,
 	}
 	daemon_cleanup(&D);
 	return rc;
+}
+
+static inline int run_mounted(int argc, char **argv, const char *name,
+			      const struct CMUnitTest *tests, size_t n)
+{
+	return run_mounted_with(argc, argv, name, tests, n, NULL);
 }
 
 #endif

@@ -36,9 +36,10 @@ static void test_tree(void **state)
 		free(text);
 	}
 	struct { const char *name; mode_t mode; } modes[] = {
-		{ "s1", S_IFDIR | 0555 }, { "s1/in", S_IFREG | 0220 }, { "s1/out", S_IFREG | 0440 },
-		{ "s1/ctl", S_IFREG | 0660 }, { "s1/history", S_IFREG | 0440 },
-		{ "s1/status", S_IFREG | 0440 }, { "ctl/metrics", S_IFREG | 0444 },
+		{ "s1", S_IFDIR | 0500 }, { "s1/in", S_IFREG | 0200 }, { "s1/out", S_IFREG | 0400 },
+		{ "s1/ctl", S_IFREG | 0600 }, { "s1/history", S_IFREG | 0400 },
+		{ "s1/status", S_IFREG | 0400 }, { "ctl/metrics", S_IFREG | 0444 },
+		{ "ctl", S_IFDIR | 0555 }, { "", S_IFDIR | S_ISVTX | 0777 },
 	};
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(modes); i++) {
 		struct stat st;

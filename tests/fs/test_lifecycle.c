@@ -1,7 +1,7 @@
 /* atlasd's life around the filesystem, serving the scripted model: options
  * and their errors, load errors with and without -f, the background mode,
- * SIGTERM and fusermount3 -u; its mountpoint missing, stale after a kill -9
- * or already served; readiness for systemd. */
+ * SIGTERM, fusermount3 -u and a lazy unmount; its mountpoint missing, stale
+ * after a kill -9 or already served; readiness for systemd. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -410,6 +410,36 @@ static void test_systemd_notify(void **state)
 	close(sock);
 }
 
+/* A lazy unmount while readers wait on idle sessions' out: the kernel
+ * keeps the connection for their open files and sends nothing, yet atlasd
+ * notices the mount is gone, ends the readers with an error and exits 0
+ * by itself. */
+static void test_lazy_umount(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "-o", f->model_opt, NULL };
+	assert_int_equal(daemon_start(&f->d, args), 0);
+	pid_t readers[2];
+	for (int i = 0; i < 2; i++) {
+		readers[i] = fork();
+		if (readers[i] == 0) {
+			char *text;
+			size_t len;
+			int rc = get_file(mpath(&f->d, "s%d/out", i + 1), &text, &len);
+			_exit(rc < 0 ? 0 : 1);
+		}
+	}
+	usleep(300000); /* both wait for their session's first turn */
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "fusermount3 -u -z %s", f->d.mnt);
+	assert_int_equal(system(cmd), 0);
+	assert_false(is_mounted(f->d.mnt));
+	assert_int_equal(wait_exit(f->d.pid, 10000), 0);
+	f->d.pid = 0;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(wait_exit(readers[i], 5000), 0);
+}
+
 int main(int argc, char **argv)
 {
 	int status = harness_args(argc, argv);
@@ -440,6 +470,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_log_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fusermount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_with_reader, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_umount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_mount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mountpoint_and_fuse_errors, setup, teardown),
