@@ -210,6 +210,10 @@ rejoin:
 			 rc ? strerror(-rc) : "the head said BYE");
 		close(w->fd);
 		w->fd = -1;
+		/* End this epoch's communicator now, while the other ranks end
+		 * theirs: one kept until the next epoch can hold up their
+		 * teardown (NCCL's). */
+		kt_comm_close(w->be);
 		if ((rc = join(w, err, errlen)) ||
 		    (rc = ep_send_msg(w->fd, EP_READY, NULL, 0, w->timeout_ms)))
 			return rc;

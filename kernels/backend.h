@@ -380,6 +380,11 @@ struct kt_ops {
 	 * is broken from then on and every later collective fails at once.
 	 * x [R, C] f32. */
 	int (*allreduce)(struct kt_backend *be, const struct kt_tensor *x);
+	/* End the communicator of comm_open: the group's epoch is over. A rank
+	 * that keeps its own while the others end theirs can hold up their
+	 * teardown (NCCL's), so each ends its own at once. Collectives fail
+	 * until the next comm_open; without a communicator it does nothing. */
+	void (*comm_close)(struct kt_backend *be);
 	/* Sample one id per row of logits [n, V] f32 into ids (host memory, n entries).
 	 * Order: temperature scaling, top-k, top-p over the softmax, then inverse-CDF
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
@@ -581,6 +586,7 @@ static inline int kt_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_
 { return KT_OP(comm_id, id); }
 static inline int kt_allreduce(struct kt_backend *be, const struct kt_tensor *x)
 { return KT_OP(allreduce, x); }
+static inline void kt_comm_close(struct kt_backend *be) { be->ops->comm_close(be); }
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }

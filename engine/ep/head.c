@@ -400,6 +400,9 @@ static void end_epoch(struct ep_head *h, int gone, const char *why)
 		if (r == gone)
 			snprintf(k->why, sizeof k->why, "%s", why);
 	}
+	/* The workers end theirs on BYE; a communicator kept here could hold
+	 * up their teardown (NCCL's). The next epoch opens a new one. */
+	kt_comm_close(h->be);
 	if (gone > 0)
 		snprintf(h->why, sizeof h->why, "rank %d (%s) is gone: %s; waiting for it to rejoin",
 			 gone, h->ranks[gone].hello.host, why);

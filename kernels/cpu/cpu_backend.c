@@ -156,6 +156,7 @@ static const struct kt_ops cpu_ops = {
 	.comm_open = cpu_comm_open,
 	.comm_id = cpu_comm_id,
 	.allreduce = cpu_allreduce,
+	.comm_close = cpu_comm_close,
 	.sample = cpu_sample,
 	.graph = cpu_graph,
 	.copy = cpu_copy,

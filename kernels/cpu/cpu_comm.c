@@ -47,6 +47,14 @@ int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *
 	return 0;
 }
 
+void cpu_comm_close(struct kt_backend *be)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+
+	comm_socket_close(cpu->comm);
+	cpu->comm = NULL;
+}
+
 int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES])
 {
 	return -ENOTSUP; /* sockets need no id: the fds are the group */

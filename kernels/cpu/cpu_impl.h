@@ -185,6 +185,7 @@ int cpu_moe_combine(struct kt_backend *be, const struct kt_tensor *out,
 int cpu_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char *err,
 		  size_t errlen);
 int cpu_comm_id(struct kt_backend *be, unsigned char id[KT_COMM_ID_BYTES]);
+void cpu_comm_close(struct kt_backend *be);
 int cpu_allreduce(struct kt_backend *be, const struct kt_tensor *x);
 int cpu_conv1d(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 	       const struct kt_tensor *w, const struct kt_tensor *state,

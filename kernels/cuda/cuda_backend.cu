@@ -96,6 +96,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_comm_open,
 	cuda_comm_id,
 	cuda_allreduce,
+	cuda_comm_end,
 	cuda_sample,
 	cuda_graph,
 	cuda_copy,

@@ -334,6 +334,13 @@ int cuda_comm_wait(struct cuda_backend *cu)
 	return 0;
 }
 
+void cuda_comm_end(struct kt_backend *be)
+{
+	struct cuda_backend *cu = cu_of(be);
+
+	end_comm(cu);
+}
+
 void cuda_comm_close(struct cuda_backend *cu)
 {
 	end_comm(cu);

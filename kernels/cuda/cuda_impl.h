@@ -313,6 +313,8 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 int cuda_allreduce(struct kt_backend *be, const struct kt_tensor *x);
 int cuda_comm_id(struct kt_backend *be, unsigned char *id);
 void cuda_comm_close(struct cuda_backend *cu);
+/* kt_backend's comm_close: end the communicator, keep the counters. */
+void cuda_comm_end(struct kt_backend *be);
 /* A sync point with a communicator open: wait for the stream, at most
  * nccl_timeout_ms, aborting the communicator when a peer is gone (0,
  * -ETIMEDOUT or -EPIPE; the communicator is broken after either), then
