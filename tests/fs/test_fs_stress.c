@@ -170,9 +170,13 @@ static void round_killed(const char *s, int p, unsigned *seed)
 	if (!submit(s, p, "killed"))
 		return;
 	for (int i = 0; i < n; i++)
-		pids[i] = doomed_reader(path);
+		if ((pids[i] = doomed_reader(path)) < 0)
+			FAIL("fork: %s", strerror(errno));
 	usleep(rand_r(seed) % 15000);
+	/* Never kill(-1) or kill(0) for a fork that failed. */
 	for (int i = 0; i < n; i++) {
+		if (pids[i] <= 0)
+			continue;
 		kill(pids[i], SIGKILL);
 		waitpid(pids[i], NULL, 0);
 	}
@@ -334,7 +338,7 @@ static void stop_with_parked_readers(void)
 		free(log);
 	}
 	for (int i = 0; i < 8; i++)
-		if (wait_exit(pids[i], 5000) < 0) {
+		if (pids[i] > 0 && wait_exit(pids[i], 5000) < 0) {
 			FAIL("a parked reader did not end after SIGTERM");
 			kill(pids[i], SIGKILL);
 			waitpid(pids[i], NULL, 0);
