@@ -8,7 +8,9 @@ set -eu
 fuzzer=$1 seeds=$2 work=$3 seconds=$4
 mkdir -p "$work/corpus"
 status=0
+# -error_exitcode: libFuzzer's own default, 77, is what meson reads as a skip.
 "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+	-error_exitcode=1 -timeout_exitcode=1 \
 	-print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" "$seeds" || status=$?
 for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
 	[ -f "$f" ] || continue
