@@ -25,7 +25,6 @@ const char *atlas_tier_name(enum atlas_tier t)
 	return (unsigned)t < ATLAS_ARRAY_LEN(names) ? names[t] : "?";
 }
 
-/* Undo \n \r \t \\ escapes; -EINVAL for any other backslash sequence. */
 /* Whether the NUL-terminated s is whole UTF-8 text (escapes are ASCII, so
  * a setting's raw value says it). */
 static bool utf8_text(const char *s)
@@ -34,23 +33,30 @@ static bool utf8_text(const char *s)
 	return atlas_utf8_check(s, n, &whole) == 0 && whole == n;
 }
 
+/* Undo \n \r \t \\ escapes into out[cap]: -EINVAL for any other backslash
+ * sequence, -E2BIG when it does not fit. A first pass checks, a second
+ * writes: a bad value leaves out (a setting) as it was. */
 static int unescape(const char *in, char *out, size_t cap, size_t *len)
 {
 	size_t n = 0;
-	for (const char *c = in; *c; c++) {
-		char ch = *c;
-		if (ch == '\\') {
-			switch (*++c) {
-			case 'n': ch = '\n'; break;
-			case 'r': ch = '\r'; break;
-			case 't': ch = '\t'; break;
-			case '\\': ch = '\\'; break;
-			default: return -EINVAL;
+	for (int write = 0; write < 2; write++) {
+		n = 0;
+		for (const char *c = in; *c; c++, n++) {
+			char ch = *c;
+			if (ch == '\\') {
+				switch (*++c) {
+				case 'n': ch = '\n'; break;
+				case 'r': ch = '\r'; break;
+				case 't': ch = '\t'; break;
+				case '\\': ch = '\\'; break;
+				default: return -EINVAL;
+				}
 			}
+			if (write)
+				out[n] = ch;
+			else if (n + 1 >= cap)
+				return -E2BIG;
 		}
-		if (n + 1 >= cap)
-			return -E2BIG;
-		out[n++] = ch;
 	}
 	out[n] = 0;
 	*len = n;

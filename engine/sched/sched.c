@@ -84,6 +84,10 @@ void sched_remove(struct sched *s, struct sched_req *r)
 
 int sched_req_append(struct sched_req *r, const int32_t *ids, size_t n)
 {
+	/* Nothing to add (a kept session with an empty context): no memcpy on
+	 * a request that has no buffer yet. */
+	if (n == 0)
+		return 0;
 	if (r->n_tokens + n > r->cap) {
 		size_t cap = r->cap ? r->cap : 256;
 		while (cap < r->n_tokens + n)

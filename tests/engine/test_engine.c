@@ -65,6 +65,12 @@ static struct gen generated(struct atlas_session *s, uint64_t turn)
 	return g;
 }
 
+static void free_gens(struct gen *g, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(g[i].ids);
+}
+
 static void assert_same(struct gen a, struct gen b, const char *what)
 {
 	if (a.n != b.n)
@@ -123,6 +129,7 @@ static void test_batched_equals_alone(void **state)
 	run_batch(e, g, 12);
 	for (int i = 0; i < N_PROMPTS; i++)
 		assert_same(g[i], reference[i], "batch of 4 vs alone");
+	free_gens(g, N_PROMPTS);
 	atlas_engine_close(e);
 }
 
@@ -156,6 +163,7 @@ static void test_chunk_sizes_agree(void **state)
 		run_batch(e, g, 12);
 		for (int i = 0; i < N_PROMPTS; i++)
 			assert_same(g[i], reference[i], "chunked prefill vs whole");
+		free_gens(g, N_PROMPTS);
 		atlas_engine_close(e);
 	}
 }
@@ -179,6 +187,7 @@ static void test_preemption_recomputes_the_same(void **state)
 	run_batch(e, g, 12);
 	for (int i = 0; i < N_PROMPTS; i++)
 		assert_same(g[i], reference[i], "preempted vs not");
+	free_gens(g, N_PROMPTS);
 	atlas_engine_stats(e, st);
 	assert_true(st->kv.preemptions_total + st->kv.evictions_total > 0);
 	spec = ATLAS_SPEC_AUTO;
@@ -320,7 +329,11 @@ static void test_second_turn_continues_on_kv(void **state)
 	et_set(f, "max_tokens", "6");
 	assert_int_equal(atlas_session_submit_tokens(f, all, n, err, sizeof err), 1);
 	assert_int_equal(et_wait_turn(f, 1, NULL, 0, 0), 0);
-	assert_same(generated(f, 1), g2, "turn 2 vs one fresh prompt");
+	struct gen fresh = generated(f, 1);
+	assert_same(fresh, g2, "turn 2 vs one fresh prompt");
+	free(fresh.ids);
+	free(g1.ids);
+	free(g2.ids);
 
 	struct atlas_session_status ss;
 	atlas_session_status(s, &ss);
@@ -421,6 +434,7 @@ static void test_seeded_sampling_is_reproducible(void **state)
 	for (size_t i = 0; i < g[0].n && i < g[2].n; i++)
 		differ |= g[0].ids[i] != g[2].ids[i];
 	assert_true(differ);
+	free_gens(g, 3);
 	for (int i = 0; i < 3; i++)
 		atlas_session_close(s[i]);
 	atlas_engine_close(e);
