@@ -258,6 +258,10 @@ const struct atlas_key atlas_keys[] = {
 	     "being written, ctl lines not yet applied), so that many writers cannot exhaust "
 	     "the daemon's memory; a write past it fails with ENOSPC and that prompt is not "
 	     "committed."),
+	SIZE("fs", session_prompt_memory, 1024, 1048576 * GIB, "64M",
+	     "Bytes that the open in and ctl handles of one session may hold together, within "
+	     "prompt_memory, so that one session's writers cannot take the whole mount's "
+	     "share; a write past it fails with ENOSPC and that prompt is not committed."),
 
 	STRING("fs", session_owner, "",
 	       "User who owns the sessions s1 to sN and the sessions kept across a restart "

@@ -99,6 +99,7 @@ struct atlas_config {
 	double attr_timeout;            /* seconds the kernel caches session attributes */
 	uint64_t prompt_max;            /* bytes of one prompt (or ctl batch) of one handle */
 	uint64_t prompt_memory;         /* bytes all open in and ctl handles may hold together */
+	uint64_t session_prompt_memory; /* bytes one session's open in and ctl handles may hold */
 	char session_owner[64];         /* user (name or uid) of s1..sN, "" = atlasd's user */
 	char ctl_owner[64];             /* user (name or uid) of the root, README and ctl/ */
 

@@ -165,12 +165,12 @@ int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, 
 		return b->failed;
 	if (size > s->fs->cfg.prompt_max - b->len)
 		return b->failed = -EFBIG;
-	int held = fs_hold(s->fs, size);
+	int held = fs_hold(s, size);
 	if (held)
 		return b->failed = held;
 	char *n = realloc(b->text, b->len + size);
 	if (!n) {
-		fs_unhold(s->fs, size);
+		fs_unhold(s, size);
 		return b->failed = -ENOMEM;
 	}
 	b->text = n;
@@ -217,7 +217,7 @@ int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 			pthread_mutex_unlock(&s->lock);
 		}
 	}
-	fs_unhold(s->fs, b->len);
+	fs_unhold(s, b->len);
 	free(b->text);
 	b->text = NULL;
 	b->len = b->checked = 0;
@@ -227,9 +227,9 @@ int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b)
 	return rc;
 }
 
-void fs_ctl_batch_free(struct atlas_fs *fs, struct fs_ctl_batch *b)
+void fs_ctl_batch_free(struct fs_session *s, struct fs_ctl_batch *b)
 {
-	fs_unhold(fs, b->len);
+	fs_unhold(s, b->len);
 	free(b->text);
 	free(b->parsed);
 	b->text = NULL;

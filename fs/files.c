@@ -50,29 +50,44 @@ void fs_file_free(struct fs_file *f)
 	if (f->next)
 		f->next->prev = f->prev;
 	pthread_mutex_unlock(&fs->lock);
+	if (f->sess && f->kind == FK_IN)
+		fs_unhold(f->sess, f->cap);
+	if (f->sess && f->kind == FK_CTL)
+		fs_ctl_batch_free(f->sess, &f->ctl);
 	if (f->sess)
 		fs_session_put(f->sess);
 	pthread_mutex_destroy(&f->lock);
-	if (f->kind == FK_IN)
-		fs_unhold(fs, f->cap);
 	free(f->buf);
-	fs_ctl_batch_free(fs, &f->ctl);
 	free(f);
 }
 
-int fs_hold(struct atlas_fs *fs, uint64_t bytes)
+/* Take bytes from *held within limit: 0, or -ENOSPC and nothing taken. */
+static int take(_Atomic uint64_t *held, uint64_t limit, uint64_t bytes)
 {
-	uint64_t held = atomic_load(&fs->held);
+	uint64_t now = atomic_load(held);
 	do {
-		if (bytes > fs->cfg.prompt_memory - ATLAS_MIN(held, fs->cfg.prompt_memory))
+		if (bytes > limit - ATLAS_MIN(now, limit))
 			return -ENOSPC;
-	} while (!atomic_compare_exchange_weak(&fs->held, &held, held + bytes));
+	} while (!atomic_compare_exchange_weak(held, &now, now + bytes));
 	return 0;
 }
 
-void fs_unhold(struct atlas_fs *fs, uint64_t bytes)
+int fs_hold(struct fs_session *s, uint64_t bytes)
 {
-	atomic_fetch_sub(&fs->held, bytes);
+	struct atlas_fs *fs = s->fs;
+	if (take(&s->held, fs->cfg.session_prompt_memory, bytes))
+		return -ENOSPC;
+	if (take(&fs->held, fs->cfg.prompt_memory, bytes)) {
+		atomic_fetch_sub(&s->held, bytes);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+void fs_unhold(struct fs_session *s, uint64_t bytes)
+{
+	atomic_fetch_sub(&s->held, bytes);
+	atomic_fetch_sub(&s->fs->held, bytes);
 }
 
 void fs_file_put(struct fs_file *f)
@@ -269,13 +284,13 @@ static int in_append(struct fs_file *f, const char *buf, size_t size)
 		 * bytes of the mount's prompt memory. */
 		size_t cap = ATLAS_MIN(ATLAS_MAX(f->cap * 2, f->len + size),
 				       (size_t)f->fs->cfg.prompt_max);
-		rc = fs_hold(f->fs, cap - f->cap);
+		rc = fs_hold(f->sess, cap - f->cap);
 		char *n = rc ? NULL : realloc(f->buf, cap);
 		if (n) {
 			f->buf = n;
 			f->cap = cap;
 		} else if (!rc) {
-			fs_unhold(f->fs, cap - f->cap);
+			fs_unhold(f->sess, cap - f->cap);
 			rc = -ENOMEM;
 		}
 	}
@@ -326,7 +341,7 @@ static int in_commit(struct fs_file *f)
 		f->in_whole = 0;
 	}
 	/* The prompt is the engine's now (or gone): its buffer goes back. */
-	fs_unhold(f->fs, f->cap);
+	fs_unhold(f->sess, f->cap);
 	free(f->buf);
 	f->buf = NULL;
 	f->cap = 0;

@@ -102,6 +102,9 @@ struct fs_session {
 	struct fs_out *outs;             /* open out handles */
 	char ctl_error[256];             /* why the last refused ctl write was refused, "" once
 					  * a batch applied (ctl.c shows it) */
+	/* Bytes its open in and ctl handles hold, at most
+	 * cfg.session_prompt_memory (and counted in fs.held too). */
+	_Atomic uint64_t held;
 
 	struct fs_session *wake_next;    /* the waker's list of one pass (waker only) */
 };
@@ -186,8 +189,8 @@ struct atlas_fs {
 /* files.c: take bytes of the mount's prompt memory (cfg.prompt_memory)
  * for a handle's buffer: 0, or -ENOSPC when they are not there; and give
  * them back. */
-int fs_hold(struct atlas_fs *fs, uint64_t bytes);
-void fs_unhold(struct atlas_fs *fs, uint64_t bytes);
+int fs_hold(struct fs_session *s, uint64_t bytes);
+void fs_unhold(struct fs_session *s, uint64_t bytes);
 
 /* watch.c: note the id of the mount on fs->mountpoint (right after
  * mounting); while the loop runs, a thread that ends it (as SIGTERM does,
@@ -274,7 +277,7 @@ int fs_ctl_write(struct fs_session *s, struct fs_ctl_batch *b, const char *buf, 
 /* Apply the batch (settings, then cancel/reset in order) and empty it; a
  * failed batch applies nothing and returns its write's error. */
 int fs_ctl_flush(struct fs_session *s, struct fs_ctl_batch *b);
-void fs_ctl_batch_free(struct atlas_fs *fs, struct fs_ctl_batch *b);
+void fs_ctl_batch_free(struct fs_session *s, struct fs_ctl_batch *b);
 
 /* stream.c: out handles, parked reads, the waker thread */
 int fs_out_open(struct fs_session *s, struct fs_out *o);

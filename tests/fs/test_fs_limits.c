@@ -1,7 +1,8 @@
 /* Limits that keep one client from stalling or bloating the daemon for
  * everyone: closing large prompts does not hold the FUSE workers (the
- * engine tokenizes them later), refused prompts are not kept, and a
- * session's history is bounded (history_max). */
+ * engine tokenizes them later), refused prompts are not kept, a
+ * session's history is bounded (history_max), and so is what one
+ * session's open handles hold (session_prompt_memory). */
 #include "client.h"
 
 #include <errno.h>
@@ -143,12 +144,55 @@ static void test_history_cap(void **state)
 	assert_int_equal(rmdir(mpath(&D, "h")), 0);
 }
 
+/* One session's handles hold at most session_prompt_memory (24M here)
+ * together: two ctl handles of 10 MiB each, then a third takes 4 MiB more
+ * and fails its next write with ENOSPC, while another session's handle
+ * takes 10 MiB beside them (the mount's 64M are not full). Closed, the
+ * session's memory is back. */
+static void test_session_prompt_memory(void **state)
+{
+	const size_t chunk = 1u << 20;
+	char *buf = malloc(chunk);
+	assert_non_null(buf);
+	memset(buf, 'x', chunk);
+	assert_int_equal(mkdir(mpath(&D, "m1"), 0755), 0);
+	assert_int_equal(mkdir(mpath(&D, "m2"), 0755), 0);
+	int fd[4];
+	for (int i = 0; i < 4; i++) {
+		fd[i] = open(mpath(&D, i < 3 ? "m1/ctl" : "m2/ctl"), O_WRONLY);
+		assert_true(fd[i] >= 0);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int c = 0; c < 10; c++)
+			assert_int_equal(write(fd[i], buf, chunk), (ssize_t)chunk);
+	int c = 0;
+	while (c < 10 && write(fd[2], buf, chunk) == (ssize_t)chunk)
+		c++;
+	assert_int_equal(c, 4);
+	assert_int_equal(errno, ENOSPC);
+	for (c = 0; c < 10; c++)
+		assert_int_equal(write(fd[3], buf, chunk), (ssize_t)chunk);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(close(fd[i]), -1); /* not settings, or failed */
+	int f = open(mpath(&D, "m1/ctl"), O_WRONLY);
+	assert_true(f >= 0);
+	for (c = 0; c < 15; c++)
+		assert_int_equal(write(f, buf, chunk), (ssize_t)chunk);
+	assert_int_equal(close(f), -1);
+	assert_int_equal(errno, EINVAL);
+	free(buf);
+	assert_int_equal(rmdir(mpath(&D, "m1")), 0);
+	assert_int_equal(rmdir(mpath(&D, "m2")), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_does_not_stall),
 		cmocka_unit_test(test_history_cap),
+		cmocka_unit_test(test_session_prompt_memory),
 	};
 	return run_mounted_with(argc, argv, "fs-limits", tests, ATLAS_ARRAY_LEN(tests),
-				"max_sessions=8,prompt_memory=64M,history_max=1K");
+				"max_sessions=8,prompt_memory=64M,session_prompt_memory=24M,"
+				"history_max=1K");
 }
