@@ -77,6 +77,8 @@ void session_trim_history(struct atlas_session *s)
 			break;
 		}
 	}
+	if (!drop)
+		return;
 	for (size_t i = 0; i < drop; i++) {
 		s->dropped_out_bytes += s->turns[i]->out_len;
 		turn_free(s->turns[i]);
