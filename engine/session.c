@@ -465,7 +465,7 @@ int atlas_session_status(struct atlas_session *s, struct atlas_session_status *s
 /* n bytes to f (NULL: counted only); returns n. */
 static size_t emit(FILE *f, const char *p, size_t n)
 {
-	if (f)
+	if (f && n)
 		fwrite(p, 1, n, f);
 	return n;
 }
