@@ -20,6 +20,9 @@
 typedef float v8f __attribute__((vector_size(32)));
 /* The same, for loads and stores at any float-aligned address. */
 typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+/* 8 lanes of 32-bit bits, and 8 bf16 at any 2-byte-aligned address. */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h_u __attribute__((vector_size(16), aligned(2)));
 
 #define CPU_INLINE static inline __attribute__((always_inline))
 

@@ -35,6 +35,7 @@
 	X(ops_elementwise) \
 	X(ops_norm) \
 	X(ops_matmul) \
+	X(ops_matmul_isa) \
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \
