@@ -22,6 +22,15 @@
  *  - the model directory with config.json rewritten in the transformers 4.x
  *    spelling loads to the same configuration and the same logits.
  * The measured errors are printed.
+ *
+ * With ATLAS_TEST_CPU_PRECISION=bf16 (meson test model_fidelity_bf16) the
+ * backend runs the fast path (cpu_precision bf16: bf16 weight matrices,
+ * activations rounded to bf16 in their products where the CPU has
+ * AVX512-BF16). float32 and f16 models do not take it (their weights are
+ * f32 on the cpu either way) and are held as above; bf16 models are held to
+ * the argmax of transformers' float32 upcast wherever its top two are more
+ * than TOL_FAST apart, in one step, on a second turn and in greedy loops;
+ * chunks, batches and the 4.x spelling stay bitwise.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +52,19 @@
 #include "fidelity.h"
 
 #define TOL_F32 1e-3
+/* The top-2 gap above which the fast path must keep transformers' argmax:
+ * its logits carry bf16 activations (8-bit significands) through every
+ * product, max |atlas - float32 upcast| 0.04 to 0.15 on the bf16 models
+ * (2026-11-26, AVX512-BF16), every argmax past this gap equal. */
+#define TOL_FAST 0.1
+
+static bool fast; /* cpu_precision bf16 */
+
+/* r's products take the fast path: a bf16 model under cpu_precision bf16. */
+static bool on_fast_path(const struct ref_model *r)
+{
+	return fast && !strcmp(r->dtype, "bfloat16");
+}
 
 static struct ref_model refs[FID_MAX_MODELS];
 static int n_refs;
@@ -50,10 +72,13 @@ static struct kt_backend *be;
 
 static int setup(void **state)
 {
+	const char *precision = getenv("ATLAS_TEST_CPU_PRECISION");
 	struct kt_config c = { .backend = "cpu", .threads = 2, .max_tokens = FID_MAX_TOKENS,
 			       .max_seqs = FID_MAX_SEQS, .max_context = FID_MAX_CONTEXT,
-			       .max_heads = 64, .max_head_dim = 256 };
+			       .max_heads = 64, .max_head_dim = 256, .cpu_precision = precision };
 	char err[ATLAS_ERRLEN];
+
+	fast = precision && !strcmp(precision, "bf16");
 
 	if (kt_backend_open(&c, &be, err, sizeof err)) {
 		fprintf(stderr, "%s\n", err);
@@ -109,17 +134,20 @@ static void test_logits(void **state)
 		double err_ref = 0, err_upcast = 0;
 		int argmax_checked = 0;
 
+		const bool fast_model = on_fast_path(r);
+
 		for (int s = 0; s < r->n_seqs; s++) {
 			struct ref_seq *q = &r->seqs[s];
 			size_t n = (size_t)q->len * (size_t)V;
+			const float *want_logits = fast_model ? q->logits_upcast : q->logits;
 			err_ref = fmax(err_ref, max_abs_diff(q->ours, q->logits, n));
 			if (!r->lowp)
 				continue;
 			err_upcast = fmax(err_upcast, max_abs_diff(q->ours, q->logits_upcast, n));
 			for (int t = 0; t < q->len; t++) {
 				double gap;
-				int want = argmax(q->logits + (size_t)t * V, V, &gap);
-				if (gap <= r->tol_lowp)
+				int want = argmax(want_logits + (size_t)t * V, V, &gap);
+				if (gap <= (fast_model ? TOL_FAST : r->tol_lowp))
 					continue;
 				argmax_checked++;
 				if (argmax(q->ours + (size_t)t * V, V, NULL) != want)
@@ -132,6 +160,14 @@ static void test_logits(void **state)
 			printf("  %s (%s): max |atlas - transformers| = %.3g (limit %.0e)\n",
 			       r->name, r->dtype, err_ref, TOL_F32);
 			assert_true(err_ref <= TOL_F32);
+			continue;
+		}
+		if (fast_model) {
+			printf("  %s (%s, cpu_precision bf16): max |atlas - transformers float32 "
+			       "upcast| = %.3g, max |atlas - transformers %s| = %.3g; argmax of the "
+			       "upcast equal at %d positions\n", r->name, r->dtype, err_upcast,
+			       r->dtype, err_ref, argmax_checked);
+			assert_true(argmax_checked > 0);
 			continue;
 		}
 		printf("  %s (%s): max |atlas - transformers float32 upcast| = %.3g (limit %.0e); "
@@ -182,7 +218,8 @@ static void check_multi_turn(struct ref_model *r, json_t *mt)
 											"gaps_upcast");
 		int checked = 0;
 		for (int t = 0; t < n2; t++) {
-			if (json_number_value(json_array_get(gaps, (size_t)t)) <= TOL_F32)
+			if (json_number_value(json_array_get(gaps, (size_t)t)) <=
+			    (on_fast_path(r) ? TOL_FAST : TOL_F32))
 				continue;
 			checked++;
 			assert_int_equal(argmax(out + (size_t)t * V, V, NULL),
@@ -277,6 +314,11 @@ static void test_greedy(void **state)
 					   r->max_new_tokens, tokens);
 			if (!r->lowp) {
 				compare_greedy(r, r->dtype, tokens, n, &r->greedy[p], TOL_F32);
+				continue;
+			}
+			if (on_fast_path(r)) {
+				compare_greedy(r, "float32 upcast", tokens, n,
+					       &r->greedy_upcast[p], TOL_FAST);
 				continue;
 			}
 			compare_greedy(r, "float32 upcast", tokens, n, &r->greedy_upcast[p],
