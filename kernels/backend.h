@@ -180,10 +180,10 @@ struct kt_config {
 	int max_head_dim;     /* largest head_dim of the model */
 	const char *cpu_precision; /* cpu: "f32" (NULL too): weights widened to f32, exact
 				    * products; "bf16": bf16 weights stay bf16 and matmul
-				    * may round x to bf16 (kernels/cpu/cpu_matmul_dp.c) */
+				    * may round x to bf16 (kernels/cpu/cpu_matmul_amx.c) */
 	const char *cpu_isa;  /* cpu: instruction set of the bf16-weight kernels, "auto"
-			       * (NULL too: the best this CPU has), "avx512bf16", "avx2"
-			       * or "generic"; one the CPU lacks fails the open */
+			       * (NULL too: the best this CPU has), "amx", "avx512bf16",
+			       * "avx2" or "generic"; one the CPU lacks fails the open */
 };
 
 /* How a rank of expert parallelism reaches the others (comm_open): the

@@ -45,7 +45,8 @@ static int scratch_init(struct cpu_backend *cpu)
 	size_t half = align_up((size_t)(cpu->max_head_dim / 2 + 1) * sizeof(float));
 	size_t cands = align_up(CPU_SAMPLE_CHUNK * sizeof(struct cpu_cand));
 	size_t gdn = align_up(3 * (size_t)cpu->max_head_dim * sizeof(float));
-	size_t per_thread = scores + acc + ml + 2 * half + cands + gdn;
+	size_t xbuf = cpu->bf16 ? (size_t)CPU_XBUF_ROWS * CPU_DP_MAX_K * sizeof(uint16_t) : 0;
+	size_t per_thread = scores + acc + ml + 2 * half + cands + gdn + xbuf;
 
 	cpu->scratch = calloc((size_t)cpu->threads, sizeof(*cpu->scratch));
 	cpu->scratch_mem = aligned_alloc(CPU_ALIGN, per_thread * (size_t)cpu->threads);
@@ -61,11 +62,12 @@ static int scratch_init(struct cpu_backend *cpu)
 		s->sin = (float *)(p + scores + acc + ml + half);
 		s->cands = (struct cpu_cand *)(p + scores + acc + ml + 2 * half);
 		s->gdn = (float *)(p + scores + acc + ml + 2 * half + cands);
+		s->xbuf = xbuf ? (uint16_t *)(p + scores + acc + ml + 2 * half + cands + gdn) : NULL;
 	}
 	return 0;
 }
 
-static const char *const isa_names[] = { "generic", "avx2", "avx512bf16" };
+static const char *const isa_names[] = { "generic", "avx2", "avx512bf16", "amx" };
 
 static void fill_info(struct cpu_backend *cpu)
 {
@@ -189,17 +191,18 @@ static int set_kernels(struct cpu_backend *cpu, const struct kt_config *c, char 
 				  "backend cpu: cpu_precision %s: must be f32 or bf16", p);
 	cpu->bf16 = p && !strcmp(p, "bf16");
 	if (!isa || !strcmp(isa, "auto")) {
-		cpu->isa = CPU_ISA_AVX512BF16;
+		cpu->isa = CPU_ISA_AMX;
 		while (!cpu_isa_supported(cpu->isa))
 			cpu->isa--;
 		return 0;
 	}
-	for (cpu->isa = CPU_ISA_GENERIC; cpu->isa <= CPU_ISA_AVX512BF16; cpu->isa++)
+	for (cpu->isa = CPU_ISA_GENERIC; cpu->isa <= CPU_ISA_AMX; cpu->isa++)
 		if (!strcmp(isa, isa_names[cpu->isa]))
 			return cpu_isa_supported(cpu->isa) ? 0 : atlas_errf(
 				err, errlen, -ENOTSUP, "backend cpu: cpu_isa %s: this CPU lacks it", isa);
 	return atlas_errf(err, errlen, -EINVAL,
-			  "backend cpu: cpu_isa %s: must be auto, avx512bf16, avx2 or generic", isa);
+			  "backend cpu: cpu_isa %s: must be auto, amx, avx512bf16, avx2 or generic",
+			  isa);
 }
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

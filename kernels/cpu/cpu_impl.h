@@ -44,6 +44,8 @@ struct cpu_scratch {
 	struct cpu_cand *cands; /* [CPU_SAMPLE_CHUNK] sampling heap */
 	float *gdn;             /* [3, max_head_dim] delta rule: one head's q, k and
 				 * kv memory (cpu_gdn.c; k_dim, v_dim <= max_head_dim) */
+	uint16_t *xbuf;         /* [CPU_XBUF_ROWS, CPU_DP_MAX_K] rows of x rounded to bf16
+				 * by the dp and amx kernels; NULL under cpu_precision f32 */
 };
 
 /* Set of pointers the backend allocated and must free (aliased weights are
@@ -55,7 +57,7 @@ struct cpu_ptrset {
 };
 
 /* Instruction sets of the bf16-weight matmul kernels, in order of preference. */
-enum cpu_isa { CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512BF16 };
+enum cpu_isa { CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512BF16, CPU_ISA_AMX };
 
 struct cpu_backend {
 	struct kt_backend base;    /* first member: the engine's handle */
@@ -122,21 +124,30 @@ int64_t cpu_matmul_wrows(int64_t K, int64_t N);
  * and nb: dot(x row, w row) in cpu_simd.h's one order for the f32 and the
  * widening bf16 kernels, cpu_matmul_dp.c's order for the dp kernel. */
 typedef void cpu_mm_block_fn(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
-			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias);
+			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			     uint16_t *xbuf);
 /* f32 w (x86-64-v3 or baseline clones). */
 cpu_mm_block_fn cpu_matmul_block;
 /* bf16 w widened exactly to f32 in registers: portable, and AVX2 + FMA. */
 cpu_mm_block_fn cpu_matmul_bf16_generic;
 cpu_mm_block_fn cpu_matmul_bf16_avx2;
-/* bf16 w and x rounded to bf16, AVX512-BF16 dot products (cpu_matmul_dp.c);
- * for K <= CPU_DP_MAX_K only. */
+/* bf16 w and x rounded to bf16 into xbuf (the calling thread's scratch):
+ * AVX512-BF16 dot products (cpu_matmul_dp.c) or AMX tiles
+ * (cpu_matmul_amx.c); for K <= CPU_DP_MAX_K only. */
 #define CPU_DP_MAX_K 16384
+#define CPU_XBUF_ROWS 32
 cpu_mm_block_fn cpu_matmul_bf16_dp;
+cpu_mm_block_fn cpu_matmul_bf16_amx;
+/* w rows per block for kernel (cpu_matmul_wrows but for the amx kernel,
+ * whose blocks are larger: each block packs its rows of x once). */
+int64_t cpu_matmul_kernel_wrows(cpu_mm_block_fn *kernel, int64_t K, int64_t N);
 /* The block kernel for w of dtype dt (f32 or bf16) and rows of K: the one
  * function of the backend's precision and instruction set for that K. */
 cpu_mm_block_fn *cpu_matmul_kernel(const struct cpu_backend *cpu, enum kt_dtype dt, int64_t K);
 /* Whether this CPU runs isa's kernels. */
 bool cpu_isa_supported(enum cpu_isa isa);
+/* The CPU has AMX-BF16 and Linux gave this process the tile state. */
+bool cpu_amx_usable(void);
 
 /* Memory (cpu_memory.c) */
 int cpu_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,

@@ -4,8 +4,9 @@
  * y [T, N], bias [1, N]; all f32 but w, which may be bf16. A bf16 w is
  * widened exactly to f32 in registers (portable, or AVX2 + FMA), so that
  * both give the products of f32 precision, or, with cpu_precision bf16 on a
- * CPU with AVX512-BF16, multiplied with x rounded to bf16 (cpu_matmul_dp.c).
- * cpu_matmul_kernel picks one per backend and K, never by T.
+ * CPU with AMX or AVX512-BF16, multiplied with x rounded to bf16 on those
+ * units (cpu_matmul_amx.c, cpu_matmul_dp.c). cpu_matmul_kernel picks one
+ * per backend and K, never by T.
  *
  * Every y[t, n] is dot(x[t], w[n]) in the one order of cpu_simd.h, plus
  * bias[n]: it depends on those two rows only, never on T, on where row t sits
@@ -40,6 +41,7 @@
 #define NR 3
 #define NR1 8
 #define W_BLOCK_BYTES (128 * 1024)
+#define AMX_BLOCK_BYTES (1024 * 1024)
 
 int64_t cpu_matmul_wrows(int64_t K, int64_t N)
 {
@@ -140,13 +142,14 @@ CPU_INLINE void block(const struct cpu_xrows *x, int64_t t0, int64_t T, const vo
 
 CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T,
 				 const void *w, int64_t nb, int64_t K, float *y, int64_t N,
-				 const float *bias)
+				 const float *bias, uint16_t *xbuf)
 {
 	block(x, t0, T, w, false, nb, K, y, N, bias);
 }
 
 void cpu_matmul_bf16_generic(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
-			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias)
+			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			     uint16_t *xbuf)
 {
 	block(x, t0, T, w, true, nb, K, y, N, bias);
 }
@@ -155,7 +158,8 @@ void cpu_matmul_bf16_generic(const struct cpu_xrows *x, int64_t t0, int64_t T, c
 __attribute__((target("avx2,fma")))
 #endif
 void cpu_matmul_bf16_avx2(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
-			  int64_t nb, int64_t K, float *y, int64_t N, const float *bias)
+			  int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			  uint16_t *xbuf)
 {
 	block(x, t0, T, w, true, nb, K, y, N, bias);
 }
@@ -164,9 +168,25 @@ cpu_mm_block_fn *cpu_matmul_kernel(const struct cpu_backend *cpu, enum kt_dtype 
 {
 	if (dt == KT_F32)
 		return cpu_matmul_block;
+	if (cpu->bf16 && cpu->isa == CPU_ISA_AMX && K <= CPU_DP_MAX_K)
+		return cpu_matmul_bf16_amx;
 	if (cpu->bf16 && cpu->isa == CPU_ISA_AVX512BF16 && K <= CPU_DP_MAX_K)
 		return cpu_matmul_bf16_dp;
 	return cpu->isa >= CPU_ISA_AVX2 ? cpu_matmul_bf16_avx2 : cpu_matmul_bf16_generic;
+}
+
+int64_t cpu_matmul_kernel_wrows(cpu_mm_block_fn *kernel, int64_t K, int64_t N)
+{
+	int64_t nb;
+
+	if (kernel != cpu_matmul_bf16_amx)
+		return cpu_matmul_wrows(K, N);
+	/* About 1 MiB of w (in L2), but no more than half of N: two threads
+	 * share a decode step's rows. Multiples of the 32 rows of a tile pair. */
+	nb = (AMX_BLOCK_BYTES / (K * 2 + 1) / 32) * 32;
+	nb = nb < (N + 1) / 2 ? nb : (N + 1) / 2;
+	nb = (nb + 31) / 32 * 32;
+	return nb < 32 ? 32 : nb;
 }
 
 int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
@@ -195,13 +215,13 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 		return -EINVAL;
 	if (!T || !N)
 		return 0;
-	nb = cpu_matmul_wrows(K, N);
+	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
+	nb = cpu_matmul_kernel_wrows(kernel, K, N);
 	n_wb = (N + nb - 1) / nb;
 	n_xb = (T + CPU_MM_ROWS - 1) / CPU_MM_ROWS;
 	xr = (struct cpu_xrows){ .x = x->data };
 	wd = w->data;
 	esize = kt_dtype_size(w->dtype);
-	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
 	bd = bias ? bias->data : NULL;
 	yd = y->data;
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
@@ -212,7 +232,7 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 		int64_t rows = T - t0 < CPU_MM_ROWS ? T - t0 : CPU_MM_ROWS;
 
 		kernel(&xr, t0, rows, wd + (size_t)(n0 * K) * esize, len, K, yd + t0 * N + n0, N,
-		       bd ? bd + n0 : NULL);
+		       bd ? bd + n0 : NULL, cpu_scratch_self(cpu)->xbuf);
 	}
 	return 0;
 }

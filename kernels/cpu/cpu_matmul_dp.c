@@ -5,14 +5,13 @@
  * T or on the tile it falls in; DESIGN §4.1): x is rounded to bf16 (nearest
  * even); lane l of a 16-lane f32 accumulator takes, per 32 elements of K
  * from 0 up, the pair (2l, 2l + 1) as vdpbf16ps adds it; the last partial
- * chunk reads zeros past K; then _mm512_reduce_add_ps's fixed tree and the
- * bias. The products of two bf16 are exact in f32; only x's rounding and
+ * chunk reads zeros past K; then sum4's fixed tree and the bias. The products of two bf16 are exact in f32; only x's rounding and
  * the f32 sums differ from f32 precision.
  *
  * Tiles: DP_MR rows of x against DP_NR w rows, or one row against DP_NR1
  * (decode: more w rows streaming at once). The tile's rows of x are rounded
- * to bf16 once into a stack buffer of DP_MR × CPU_DP_MAX_K (128 KiB) before
- * the w rows go by; cpu_matmul_kernel sends wider K to the widening kernel.
+ * to bf16 once into the thread's scratch (cpu_scratch.xbuf) before the w
+ * rows go by; cpu_matmul_kernel sends wider K to the widening kernel.
  *
  * Built for AVX512-BF16 with a target attribute whatever the compiler's
  * flags; cpu_matmul_kernel calls it only where cpu_isa_supported says the
@@ -49,6 +48,23 @@ DP_INLINE void round_row(uint16_t *dst, const float *x, int64_t K)
 						     _mm512_maskz_loadu_ps(hi, x + k + 16),
 						     _mm512_maskz_loadu_ps(lo, x + k)));
 	}
+}
+
+/* The lanes of a, b, c and d summed, each in the same tree whatever the
+ * others hold: 128-bit quarters q0 + q2 and q1 + q3, then those two, then
+ * within the quarter (e0 + e1) + (e2 + e3). Four at once: a tile's 16
+ * reductions cost about what 4 of _mm512_reduce_add_ps would. */
+DP_INLINE __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+	__m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+				 _mm512_shuffle_f32x4(ab, cd, 0xdd));
+
+	x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xb1));
+	x = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4e));
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+		_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), x));
 }
 
 /* y[i, j] = dot(xb[i], w[j]) (+ bias[j]) for an mr × nr tile; xb rows are
@@ -88,13 +104,21 @@ DP_INLINE void tile(const int mr, const int nr, const uint16_t *const *xb, const
 		}
 	}
 #pragma GCC unroll 4
-	for (int i = 0; i < mr; i++)
-#pragma GCC unroll 8
-		for (int j = 0; j < nr; j++) {
-			float s = _mm512_reduce_add_ps(acc[i][j]);
+	for (int i = 0; i < mr; i++) {
+		float s[DP_NR1];
 
-			y[i * ldy + j] = bias ? s + bias[j] : s;
+#pragma GCC unroll 2
+		for (int j = 0; j < nr; j += 4) {
+			const __m512 z = _mm512_setzero_ps();
+
+			_mm_storeu_ps(s + j, sum4(acc[i][j], j + 1 < nr ? acc[i][j + 1] : z,
+						  j + 2 < nr ? acc[i][j + 2] : z,
+						  j + 3 < nr ? acc[i][j + 3] : z));
 		}
+#pragma GCC unroll 8
+		for (int j = 0; j < nr; j++)
+			y[i * ldy + j] = bias ? s[j] + bias[j] : s[j];
+	}
 }
 
 #define TILE_CASE(m, n) \
@@ -104,11 +128,9 @@ DP_INLINE void tile(const int mr, const int nr, const uint16_t *const *xb, const
 
 DP_TARGET void cpu_matmul_bf16_dp(const struct cpu_xrows *x, int64_t t0, int64_t T,
 				  const void *w, int64_t nb, int64_t K, float *y, int64_t N,
-				  const float *bias)
+				  const float *bias, uint16_t *xbuf)
 {
-	static _Thread_local uint16_t xbuf[DP_MR][CPU_DP_MAX_K] __attribute__((aligned(64)));
-
-	if (K > CPU_DP_MAX_K)
+	if (K > CPU_DP_MAX_K || !xbuf)
 		abort();
 	for (int64_t t = t0; t < t0 + T; t += DP_MR) {
 		int mr = t0 + T - t < DP_MR ? (int)(t0 + T - t) : DP_MR;
@@ -116,8 +138,9 @@ DP_TARGET void cpu_matmul_bf16_dp(const struct cpu_xrows *x, int64_t t0, int64_t
 		const uint16_t *xp[DP_MR];
 
 		for (int i = 0; i < mr; i++) {
-			round_row(xbuf[i], x->x + (x->order ? x->order[t + i] / x->k : t + i) * K, K);
-			xp[i] = xbuf[i];
+			xp[i] = xbuf + i * CPU_DP_MAX_K;
+			round_row(xbuf + i * CPU_DP_MAX_K,
+				  x->x + (x->order ? x->order[t + i] / x->k : t + i) * K, K);
 		}
 		for (int64_t j = 0; j < nb; j += step) {
 			int nr = nb - j < step ? (int)(nb - j) : step;
@@ -139,6 +162,8 @@ DP_TARGET void cpu_matmul_bf16_dp(const struct cpu_xrows *x, int64_t t0, int64_t
 bool cpu_isa_supported(enum cpu_isa isa)
 {
 	switch (isa) {
+	case CPU_ISA_AMX:
+		return cpu_isa_supported(CPU_ISA_AVX512BF16) && cpu_amx_usable();
 	case CPU_ISA_AVX512BF16:
 		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
@@ -152,7 +177,7 @@ bool cpu_isa_supported(enum cpu_isa isa)
 #else
 
 void cpu_matmul_bf16_dp(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
-			int64_t nb, int64_t K, float *y, int64_t N, const float *bias)
+			int64_t nb, int64_t K, float *y, int64_t N, const float *bias, uint16_t *xbuf)
 {
 	abort();
 }

@@ -189,12 +189,12 @@ int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struc
 	memset(yd, 0, (size_t)off[e0] * (size_t)N * sizeof(float));
 	memset(yd + off[e0 + n_local] * N, 0,
 	       (size_t)(A - off[e0 + n_local]) * (size_t)N * sizeof(float));
-	nb = cpu_matmul_wrows(K, N);
+	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
+	nb = cpu_matmul_kernel_wrows(kernel, K, N);
 	n_wb = (N + nb - 1) / nb;
 	for (int64_t e = e0; e < e0 + n_local; e++)
 		n_items += n_wb * ((off[e + 1] - off[e] + CPU_MM_ROWS - 1) / CPU_MM_ROWS);
 	xr = (struct cpu_xrows){ .x = x->data, .order = k ? order->data : NULL, .k = k };
-	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
 	esize = kt_dtype_size(w->dtype);
 	/* Items run expert by expert and, within one, walk the row blocks inside
 	 * each w block, as matmul's do. */
@@ -214,7 +214,7 @@ int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struc
 		rows = off[e + 1] - r0 < CPU_MM_ROWS ? off[e + 1] - r0 : CPU_MM_ROWS;
 		len = N - n0 < nb ? N - n0 : nb;
 		kernel(&xr, r0, rows, (const char *)w->data + (size_t)(((e - e0) * N + n0) * K) * esize,
-		       len, K, yd + r0 * N + n0, N, NULL);
+		       len, K, yd + r0 * N + n0, N, NULL, cpu_scratch_self(cpu)->xbuf);
 	}
 	return 0;
 }

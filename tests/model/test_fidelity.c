@@ -55,7 +55,7 @@
 /* The top-2 gap above which the fast path must keep transformers' argmax:
  * its logits carry bf16 activations (8-bit significands) through every
  * product, max |atlas - float32 upcast| 0.04 to 0.15 on the bf16 models
- * (2026-11-26, AVX512-BF16), every argmax past this gap equal. */
+ * (2026-11-26, AVX512-BF16 and AMX), every argmax past this gap equal. */
 #define TOL_FAST 0.1
 
 static bool fast; /* cpu_precision bf16 */

@@ -1,5 +1,5 @@
 /* Cases of the cpu backend's bf16-weight kernels, each forced by cpu_isa
- * (generic, avx2, avx512bf16) and cpu_precision (f32, bf16), against
+ * (generic, avx2, avx512bf16, amx) and cpu_precision (f32, bf16), against
  * double-precision references: matmul and moe_matmul on bf16 weights, and
  * what kt_weight stores under each precision (embed and conv1d read it).
  *
@@ -10,7 +10,7 @@
  *
  * References: the widening kernels (generic, avx2, and any isa under f32
  * precision) multiply exactly: |y - ref| <= 1e-5 · Σ|x w| as matmul's
- * cases. The AVX512-BF16 kernel under bf16 precision (K <= CPU_DP_MAX_K;
+ * cases. The AVX512-BF16 and AMX kernels under bf16 precision (K <= CPU_DP_MAX_K;
  * wider K widens) rounds x to bf16:
  * against the reference over bf16-rounded x the same 1e-5 bound, and
  * against the exact reference 2^-8 · Σ|x w| (x's rounding). Every row alone
@@ -134,8 +134,8 @@ static void *isa_run(struct op_run *r, const void *params, const void *input,
 	op_ok(r, rc, "kt_backend_open with the kernel's settings");
 	kt_backend_close(probe);
 	k = op_open(r, b, &c);
-	o->dp = !strcmp(p->isa, "avx512bf16") && !strcmp(p->precision, "bf16") &&
-		p->K <= CPU_DP_MAX_K;
+	o->dp = (!strcmp(p->isa, "avx512bf16") || !strcmp(p->isa, "amx")) &&
+		!strcmp(p->precision, "bf16") && p->K <= CPU_DP_MAX_K;
 	x = op_tensor(r, k, KT_F32, p->T, p->K, in->x);
 	w = op_tensor(r, k, KT_BF16, (int64_t)(p->moe ? MOE_E : 1) * p->N, p->K, in->w);
 	bias = op_tensor(r, k, KT_F32, 1, p->N, in->bias);
@@ -303,6 +303,10 @@ static const struct op_case cases[] = {
 	KERNEL("generic", "f32"), KERNEL("generic", "bf16"),
 	KERNEL("avx2", "f32"), KERNEL("avx2", "bf16"),
 	KERNEL("avx512bf16", "f32"), KERNEL("avx512bf16", "bf16"),
+	KERNEL("amx", "f32"), KERNEL("amx", "bf16"),
+	/* the amx kernel's passes of 32 rows and pairs of 16-row w tiles, partly filled */
+	ISA("amx", "bf16", 33, 96, 200, true, false), ISA("amx", "bf16", 64, 40, 47, false, false),
+	ISA("amx", "bf16", 17, 1536, 1000, true, false),
 	{ "weights kept under cpu_precision f32", "weight", &store_family,
 	  &(const struct store_params){ "f32" } },
 	{ "weights kept under cpu_precision bf16", "weight", &store_family,
