@@ -33,7 +33,6 @@
  */
 #include <errno.h>
 
-#include "common/half.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/cpu_simd.h"
 
@@ -51,17 +50,10 @@ int64_t cpu_matmul_wrows(int64_t K, int64_t N)
 	return nb < 24 ? 24 : nb;
 }
 
-/* 8 bf16 values widened to f32 (exact: bf16 is the top half of an f32). */
-CPU_INLINE v8f widen8(const uint16_t *p)
-{
-	return (v8f)(__builtin_convertvector(*(const v8h_u *)p, v8u) << 16);
-}
-
 /* Element k of a w row: f32, or bf16 widened. */
 CPU_INLINE float wat(const void *w, bool bf16, int64_t k)
 {
-	return bf16 ? half_bits_to_float(half_bf16_bits(((const uint16_t *)w)[k]))
-		    : ((const float *)w)[k];
+	return bf16 ? widen1(((const uint16_t *)w)[k]) : ((const float *)w)[k];
 }
 
 /* y[i, j] = dot(x[i], w[j]) (+ bias[j]) for an mr × nr tile: x[i] are the

@@ -42,6 +42,33 @@ CPU_INLINE void store8(float *p, v8f v)
 	*(v8f_u *)p = v;
 }
 
+/* 8 bf16 values widened to f32 (exact: bf16 is the top half of an f32). */
+CPU_INLINE v8f widen8(const uint16_t *p)
+{
+	return (v8f)(__builtin_convertvector(*(const v8h_u *)p, v8u) << 16);
+}
+
+/* One bf16 value widened to f32. */
+CPU_INLINE float widen1(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	__builtin_memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* f32 rounded to bf16, nearest even; a NaN stays a (quiet) NaN. */
+CPU_INLINE uint16_t narrow1(float f)
+{
+	uint32_t u;
+
+	__builtin_memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((u >> 16) | 0x40);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
 /* The lanes of a, summed in a fixed tree. */
 CPU_INLINE float hsum8(v8f a)
 {
