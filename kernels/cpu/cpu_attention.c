@@ -15,7 +15,10 @@
  * worker's scratch; the running max m rises to the block's, the sum l and
  * the accumulator acc are scaled by exp(m_old - m_new); the block's
  * exp(score - m) are added to l and, weighting its value rows, to acc. The
- * output is acc * (1 / l). q is read whole before out is written, so out
+ * output is acc * (1 / l). With bf16 caches (the fast path) the scores go
+ * 8 key rows at a time with one reduction tree (score8) and the weights
+ * through a vector exp (vexp8); f32 caches keep the arithmetic above, the
+ * reference. q is read whole before out is written, so out
  * may be q. A token's result depends only on its own q, position and
  * sequence, never on the rest of the batch (DESIGN §4.1).
  *
@@ -206,6 +209,87 @@ CPU_INLINE void accumulate_rows(const int nr, float *acc, const void *v, const b
 			acc[d] += wts[r] * kv1(v, bf16, r * ldv + d);
 }
 
+/* The bf16 path's scores of nr (<= 8) key rows at once: lanes of each row's
+ * products summed in one tree, ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)),
+ * whatever the other rows hold (rows past nr are zeros), so that a row's
+ * score does not depend on the rows beside it. */
+CPU_INLINE void score8(const int nr, const float *q, const void *k, int64_t ldk, int D,
+		       float scale, float *out)
+{
+	typedef int32_t v8i __attribute__((vector_size(32)));
+	v8f acc[8], u[4], w[2], s;
+	int d;
+
+#pragma GCC unroll 8
+	for (int r = 0; r < 8; r++)
+		acc[r] = (v8f){ 0 };
+	for (d = 0; d + 8 <= D; d += 8) {
+		v8f qv = load8(q + d);
+
+#pragma GCC unroll 8
+		for (int r = 0; r < nr; r++)
+			acc[r] += qv * kv8(k, true, r * ldk + d);
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++)
+		u[i] = __builtin_shuffle(acc[2 * i], acc[2 * i + 1], (v8i){ 0, 8, 2, 10, 4, 12, 6, 14 }) +
+		       __builtin_shuffle(acc[2 * i], acc[2 * i + 1], (v8i){ 1, 9, 3, 11, 5, 13, 7, 15 });
+#pragma GCC unroll 2
+	for (int i = 0; i < 2; i++)
+		w[i] = __builtin_shuffle(u[2 * i], u[2 * i + 1], (v8i){ 0, 1, 8, 9, 4, 5, 12, 13 }) +
+		       __builtin_shuffle(u[2 * i], u[2 * i + 1], (v8i){ 2, 3, 10, 11, 6, 7, 14, 15 });
+	s = __builtin_shuffle(w[0], w[1], (v8i){ 0, 1, 2, 3, 8, 9, 10, 11 }) +
+	    __builtin_shuffle(w[0], w[1], (v8i){ 4, 5, 6, 7, 12, 13, 14, 15 });
+#pragma GCC unroll 8
+	for (int r = 0; r < nr; r++) {
+		float t = s[r];
+
+		for (int i = d; i < D; i++)
+			t += q[i] * kv1(k, true, r * ldk + i);
+		out[r] = t * scale;
+	}
+}
+
+/* e^x for x <= 0 on 8 lanes (Cephes' expf polynomial, within 2 ulp; below
+ * -87.3 it gives e^-87.3 rather than a denormal or 0): the bf16 path's
+ * softmax weights. */
+CPU_INLINE v8f vexp8(v8f x)
+{
+	typedef int32_t v8i __attribute__((vector_size(32)));
+	const v8f lo = { -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f };
+	const v8i below = x < lo;
+	v8f n, r, p;
+
+	x = (v8f)(((v8i)x & ~below) | ((v8i)lo & below));
+	n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+	r = x - n * 0.693359375f + n * 2.12194440e-4f;
+	p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * (r * r) + r + 1.0f;
+	return p * (v8f)((__builtin_convertvector(n, v8i) + 127) << 23);
+}
+
+/* w[0, len) = e^(w - m) with vexp8, 8 at a time. */
+CPU_INLINE void exp_block(float *w, int32_t len, float m)
+{
+	for (int32_t j = 0; j < len; j += 8) {
+		v8f x = { 0 }, e;
+
+		if (j + 8 <= len) {
+			store8(w + j, vexp8(load8(w + j) - m));
+			continue;
+		}
+		for (int32_t i = j; i < len; i++)
+			x[i - j] = w[i] - m;
+		e = vexp8(x);
+		for (int32_t i = j; i < len; i++)
+			w[i] = e[i - j];
+	}
+}
+
 /* Where one work item's keys and values are: the paged cache through the
  * block table (positions from .. pos[t]), or staged rows (row0 .. row0 + n). */
 struct att_item {
@@ -233,7 +317,27 @@ CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *
 	const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
 	const int64_t ld = a->ld;
 
-	for (int32_t r = 0; r < len; r += 4) {
+	for (int32_t r = 0; bf16 && r < len; r += 8) {
+		int nr = len - r < 8 ? len - r : 8;
+
+		for (int h = 0; h < a->nh; h++) {
+			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
+			const void *kr = (const char *)k + (size_t)(r * ld) * es;
+			float *out = sc + h * a->bs + r;
+
+			switch (nr) {
+			case 8: score8(8, q, kr, ld, a->D, a->scale, out); break;
+			case 7: score8(7, q, kr, ld, a->D, a->scale, out); break;
+			case 6: score8(6, q, kr, ld, a->D, a->scale, out); break;
+			case 5: score8(5, q, kr, ld, a->D, a->scale, out); break;
+			case 4: score8(4, q, kr, ld, a->D, a->scale, out); break;
+			case 3: score8(3, q, kr, ld, a->D, a->scale, out); break;
+			case 2: score8(2, q, kr, ld, a->D, a->scale, out); break;
+			default: score8(1, q, kr, ld, a->D, a->scale, out); break;
+			}
+		}
+	}
+	for (int32_t r = 0; !bf16 && r < len; r += 4) {
 		int nr = len - r < 4 ? len - r : 4;
 
 		for (int h = 0; h < a->nh; h++) {
@@ -257,8 +361,11 @@ CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *
 		for (int32_t j = 0; j < len; j++)
 			m_new = w[j] > m_new ? w[j] : m_new;
 		corr = *m == -INFINITY ? 0.0f : expf(*m - m_new);
+		if (bf16)
+			exp_block(w, len, m_new);
 		for (int32_t j = 0; j < len; j++) {
-			w[j] = expf(w[j] - m_new);
+			if (!bf16)
+				w[j] = expf(w[j] - m_new);
 			sum += w[j];
 		}
 		*m = m_new;
