@@ -152,20 +152,10 @@ int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 	return 0;
 }
 
-/* 8 floats of a cache row at element i: f32, or bf16 widened. */
-CPU_INLINE v8f kv8(const void *p, const bool bf16, int64_t i)
-{
-	return bf16 ? widen8((const uint16_t *)p + i) : load8((const float *)p + i);
-}
-
-CPU_INLINE float kv1(const void *p, const bool bf16, int64_t i)
-{
-	return bf16 ? widen1(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
 
 /* out[r] = scale * dot(q, k + r * ldk) for nr key rows. */
-CPU_INLINE void score_rows(const int nr, const float *q, const void *k, const bool bf16,
-			   int64_t ldk, int D, float scale, float *out)
+CPU_INLINE void score_rows(const int nr, const float *q, const float *k, int64_t ldk, int D,
+			   float scale, float *out)
 {
 	v8f acc[4];
 	int d;
@@ -178,21 +168,21 @@ CPU_INLINE void score_rows(const int nr, const float *q, const void *k, const bo
 
 #pragma GCC unroll 4
 		for (int r = 0; r < nr; r++)
-			acc[r] += qv * kv8(k, bf16, r * ldk + d);
+			acc[r] += qv * load8(k + r * ldk + d);
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < nr; r++) {
 		float s = hsum8(acc[r]);
 
 		for (int i = d; i < D; i++)
-			s += q[i] * kv1(k, bf16, r * ldk + i);
+			s += q[i] * k[r * ldk + i];
 		out[r] = s * scale;
 	}
 }
 
 /* acc[0..D) += sum over r of wts[r] * v[r * ldv + 0..D) for nr value rows. */
-CPU_INLINE void accumulate_rows(const int nr, float *acc, const void *v, const bool bf16,
-				int64_t ldv, int D, const float *wts)
+CPU_INLINE void accumulate_rows(const int nr, float *acc, const float *v, int64_t ldv, int D,
+				const float *wts)
 {
 	int d;
 
@@ -201,34 +191,40 @@ CPU_INLINE void accumulate_rows(const int nr, float *acc, const void *v, const b
 
 #pragma GCC unroll 4
 		for (int r = 0; r < nr; r++)
-			a += wts[r] * kv8(v, bf16, r * ldv + d);
+			a += wts[r] * load8(v + r * ldv + d);
 		store8(acc + d, a);
 	}
 	for (; d < D; d++)
 		for (int r = 0; r < nr; r++)
-			acc[d] += wts[r] * kv1(v, bf16, r * ldv + d);
+			acc[d] += wts[r] * v[r * ldv + d];
 }
 
-/* The bf16 path's scores of nr (<= 8) key rows at once: lanes of each row's
- * products summed in one tree, ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)),
- * whatever the other rows hold (rows past nr are zeros), so that a row's
- * score does not depend on the rows beside it. */
-CPU_INLINE void score8(const int nr, const float *q, const void *k, int64_t ldk, int D,
-		       float scale, float *out)
+/* The bf16 path's scores of nr (<= 4) bf16 key rows for nq (<= 2) query
+ * heads, each key row widened once for both: o_i[r] = scale * dot(q_i, k_r).
+ * The lanes of each (head, row) product are summed in one tree, ((0 + 1) +
+ * (2 + 3)) + ((4 + 5) + (6 + 7)), whatever the other 7 accumulators hold
+ * (unused ones are zeros), so a score never depends on its neighbours. */
+CPU_INLINE void score_tile(const int nr, const int nq, const float *q0, const float *q1,
+			   const uint16_t *k, int64_t ldk, int D, float scale, float *o0, float *o1)
 {
 	typedef int32_t v8i __attribute__((vector_size(32)));
 	v8f acc[8], u[4], w[2], s;
 	int d;
 
 #pragma GCC unroll 8
-	for (int r = 0; r < 8; r++)
-		acc[r] = (v8f){ 0 };
+	for (int i = 0; i < 8; i++)
+		acc[i] = (v8f){ 0 };
 	for (d = 0; d + 8 <= D; d += 8) {
-		v8f qv = load8(q + d);
+		v8f qv0 = load8(q0 + d), qv1 = nq > 1 ? load8(q1 + d) : qv0;
 
-#pragma GCC unroll 8
-		for (int r = 0; r < nr; r++)
-			acc[r] += qv * kv8(k, true, r * ldk + d);
+#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++) {
+			v8f kv = widen8(k + r * ldk + d);
+
+			acc[r] += qv0 * kv;
+			if (nq > 1)
+				acc[4 + r] += qv1 * kv;
+		}
 	}
 #pragma GCC unroll 4
 	for (int i = 0; i < 4; i++)
@@ -240,15 +236,65 @@ CPU_INLINE void score8(const int nr, const float *q, const void *k, int64_t ldk,
 		       __builtin_shuffle(u[2 * i], u[2 * i + 1], (v8i){ 2, 3, 10, 11, 6, 7, 14, 15 });
 	s = __builtin_shuffle(w[0], w[1], (v8i){ 0, 1, 2, 3, 8, 9, 10, 11 }) +
 	    __builtin_shuffle(w[0], w[1], (v8i){ 4, 5, 6, 7, 12, 13, 14, 15 });
-#pragma GCC unroll 8
+#pragma GCC unroll 4
 	for (int r = 0; r < nr; r++) {
-		float t = s[r];
+		float t0 = s[r], t1 = s[4 + r];
 
-		for (int i = d; i < D; i++)
-			t += q[i] * kv1(k, true, r * ldk + i);
-		out[r] = t * scale;
+		for (int i = d; i < D; i++) {
+			t0 += q0[i] * widen1(k[r * ldk + i]);
+			if (nq > 1)
+				t1 += q1[i] * widen1(k[r * ldk + i]);
+		}
+		o0[r] = t0 * scale;
+		if (nq > 1)
+			o1[r] = t1 * scale;
 	}
 }
+
+/* acc_i[0..D) += sum over r of w_i[r] * v_r for nr (<= 4) bf16 value rows
+ * and nq (<= 2) heads, each value row widened once for both; per head the
+ * order of accumulate_rows. */
+CPU_INLINE void acc_tile(const int nr, const int nq, float *acc0, float *acc1, const uint16_t *v,
+			 int64_t ldv, int D, const float *w0, const float *w1)
+{
+	int d;
+
+	for (d = 0; d + 8 <= D; d += 8) {
+		v8f vr[4], a0 = load8(acc0 + d), a1 = nq > 1 ? load8(acc1 + d) : a0;
+
+#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
+			vr[r] = widen8(v + r * ldv + d);
+#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
+			a0 += w0[r] * vr[r];
+		store8(acc0 + d, a0);
+		if (nq < 2)
+			continue;
+#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
+			a1 += w1[r] * vr[r];
+		store8(acc1 + d, a1);
+	}
+	for (; d < D; d++)
+		for (int r = 0; r < nr; r++) {
+			acc0[d] += w0[r] * widen1(v[r * ldv + d]);
+			if (nq > 1)
+				acc1[d] += w1[r] * widen1(v[r * ldv + d]);
+		}
+}
+
+#define TILE_CASES(f, nr, nq, ...) \
+	switch ((nr) * 4 + (nq)) { \
+	case 4 * 4 + 2: f(4, 2, __VA_ARGS__); break; \
+	case 4 * 4 + 1: f(4, 1, __VA_ARGS__); break; \
+	case 3 * 4 + 2: f(3, 2, __VA_ARGS__); break; \
+	case 3 * 4 + 1: f(3, 1, __VA_ARGS__); break; \
+	case 2 * 4 + 2: f(2, 2, __VA_ARGS__); break; \
+	case 2 * 4 + 1: f(2, 1, __VA_ARGS__); break; \
+	case 1 * 4 + 2: f(1, 2, __VA_ARGS__); break; \
+	default: f(1, 1, __VA_ARGS__); break; \
+	}
 
 /* e^x for x <= 0 on 8 lanes (Cephes' expf polynomial, within 2 ulp; below
  * -87.3 it gives e^-87.3 rather than a denormal or 0): the bf16 path's
@@ -314,27 +360,19 @@ struct att_item {
 CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *v,
 			   const bool bf16, int32_t len, float *sc)
 {
-	const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
 	const int64_t ld = a->ld;
 
-	for (int32_t r = 0; bf16 && r < len; r += 8) {
-		int nr = len - r < 8 ? len - r : 8;
+	for (int32_t r = 0; bf16 && r < len; r += 4) {
+		const int nr = len - r < 4 ? len - r : 4;
+		const uint16_t *kr = (const uint16_t *)k + r * ld;
 
-		for (int h = 0; h < a->nh; h++) {
+		for (int h = 0; h < a->nh; h += 2) {
+			const int nq = a->nh - h < 2 ? a->nh - h : 2;
 			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
-			const void *kr = (const char *)k + (size_t)(r * ld) * es;
 			float *out = sc + h * a->bs + r;
 
-			switch (nr) {
-			case 8: score8(8, q, kr, ld, a->D, a->scale, out); break;
-			case 7: score8(7, q, kr, ld, a->D, a->scale, out); break;
-			case 6: score8(6, q, kr, ld, a->D, a->scale, out); break;
-			case 5: score8(5, q, kr, ld, a->D, a->scale, out); break;
-			case 4: score8(4, q, kr, ld, a->D, a->scale, out); break;
-			case 3: score8(3, q, kr, ld, a->D, a->scale, out); break;
-			case 2: score8(2, q, kr, ld, a->D, a->scale, out); break;
-			default: score8(1, q, kr, ld, a->D, a->scale, out); break;
-			}
+			TILE_CASES(score_tile, nr, nq, q, q + a->D, kr, ld, a->D, a->scale, out,
+				   out + a->bs)
 		}
 	}
 	for (int32_t r = 0; !bf16 && r < len; r += 4) {
@@ -342,14 +380,14 @@ CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *
 
 		for (int h = 0; h < a->nh; h++) {
 			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
-			const void *kr = (const char *)k + (size_t)(r * ld) * es;
+			const float *kr = (const float *)k + r * ld;
 			float *out = sc + h * a->bs + r;
 
 			switch (nr) {
-			case 4: score_rows(4, q, kr, bf16, ld, a->D, a->scale, out); break;
-			case 3: score_rows(3, q, kr, bf16, ld, a->D, a->scale, out); break;
-			case 2: score_rows(2, q, kr, bf16, ld, a->D, a->scale, out); break;
-			default: score_rows(1, q, kr, bf16, ld, a->D, a->scale, out); break;
+			case 4: score_rows(4, q, kr, ld, a->D, a->scale, out); break;
+			case 3: score_rows(3, q, kr, ld, a->D, a->scale, out); break;
+			case 2: score_rows(2, q, kr, ld, a->D, a->scale, out); break;
+			default: score_rows(1, q, kr, ld, a->D, a->scale, out); break;
 			}
 		}
 	}
@@ -372,16 +410,29 @@ CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *
 		*l = *l * corr + sum;
 		for (int d = 0; d < a->D; d++)
 			acc[d] *= corr;
-		for (int32_t r = 0; r < len; r += 4) {
+		for (int32_t r = 0; !bf16 && r < len; r += 4) {
 			int nr = len - r < 4 ? len - r : 4;
-			const void *vr = (const char *)v + (size_t)(r * ld) * es;
+			const float *vr = (const float *)v + r * ld;
 
 			switch (nr) {
-			case 4: accumulate_rows(4, acc, vr, bf16, ld, a->D, w + r); break;
-			case 3: accumulate_rows(3, acc, vr, bf16, ld, a->D, w + r); break;
-			case 2: accumulate_rows(2, acc, vr, bf16, ld, a->D, w + r); break;
-			default: accumulate_rows(1, acc, vr, bf16, ld, a->D, w + r); break;
+			case 4: accumulate_rows(4, acc, vr, ld, a->D, w + r); break;
+			case 3: accumulate_rows(3, acc, vr, ld, a->D, w + r); break;
+			case 2: accumulate_rows(2, acc, vr, ld, a->D, w + r); break;
+			default: accumulate_rows(1, acc, vr, ld, a->D, w + r); break;
 			}
+		}
+	}
+	/* bf16: every head's weights first, then each value row once for two heads */
+	for (int32_t r = 0; bf16 && r < len; r += 4) {
+		const int nr = len - r < 4 ? len - r : 4;
+		const uint16_t *vr = (const uint16_t *)v + r * ld;
+
+		for (int h = 0; h < a->nh; h += 2) {
+			const int nq = a->nh - h < 2 ? a->nh - h : 2;
+			float *acc = a->acc + h * a->acc_stride, *w = sc + h * a->bs + r;
+
+			TILE_CASES(acc_tile, nr, nq, acc, acc + a->acc_stride, vr, ld, a->D, w,
+				   w + a->bs)
 		}
 	}
 }
