@@ -48,6 +48,7 @@ struct atlas_config {
 	char backend[16];               /* auto | cpu | cuda */
 	int device;                     /* cuda device index */
 	int threads;                    /* cpu worker threads, 0 = all online cores */
+	char cpu_precision[8];          /* f32 | bf16: the cpu backend's weights and products */
 	int max_batch;                  /* sequences in one engine step (= engine slots) */
 	int chunk_size;                 /* prefill tokens in one step, over all sequences */
 	int context;                    /* tokens of one session's context, 0 = the model's maximum */

@@ -10,7 +10,8 @@
  *    Views of consecutive rows share the allocation (kt_rows()); reshaping is
  *    writing other rows/cols over the same data (kt_reshape()).
  *  - Activations are f32. Weights are stored in the dtype the backend chooses
- *    in kt_weight() (cpu: f32; cuda: bf16). Token ids and indices are i32.
+ *    in kt_weight() (cpu: f32, or bf16 matrices with cpu_precision bf16;
+ *    cuda: bf16). Token ids and indices are i32.
  *  - Ops are ordered: each runs after the previous op of the same backend has
  *    finished (cpu: synchronously; cuda: on one stream). kt_download() and
  *    kt_sample() return only when their result is on the host.
@@ -177,6 +178,12 @@ struct kt_config {
 	int max_context;      /* most positions in one sequence */
 	int max_heads;        /* most attention heads of the model */
 	int max_head_dim;     /* largest head_dim of the model */
+	const char *cpu_precision; /* cpu: "f32" (NULL too): weights widened to f32, exact
+				    * products; "bf16": bf16 weights stay bf16 and matmul
+				    * may round x to bf16 (kernels/cpu/cpu_matmul_amx.c) */
+	const char *cpu_isa;  /* cpu: instruction set of the bf16-weight kernels, "auto"
+			       * (NULL too: the best this CPU has), "amx", "avx512bf16",
+			       * "avx2" or "generic"; one the CPU lacks fails the open */
 };
 
 /* How a rank of expert parallelism reaches the others (comm_open): the

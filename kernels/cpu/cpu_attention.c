@@ -1,7 +1,9 @@
 /* Paged KV cache: kv_store writes each token's k and v rows, attention reads
  * them back, both only through the block table (DESIGN §4.2).
  *
- * Layout: kcache, vcache views of n_kv * D cols, f32, whose block j starts at
+ * Layout: kcache, vcache views of n_kv * D cols, f32 (or bf16 under
+ * cpu_precision bf16: kv_store rounds to nearest even, attention widens
+ * exactly in registers; half the bytes a long context reads), whose block j starts at
  * row j * stride (kv_block_rows, or bs); position p of the sequence in slot
  * s lives in row block_tables[s][p / bs] * stride + p % bs. q, out
  * [T, n_heads * D]; head h reads kv head h / (n_heads / n_kv).
@@ -13,7 +15,11 @@
  * worker's scratch; the running max m rises to the block's, the sum l and
  * the accumulator acc are scaled by exp(m_old - m_new); the block's
  * exp(score - m) are added to l and, weighting its value rows, to acc. The
- * output is acc * (1 / l). q is read whole before out is written, so out
+ * output is acc * (1 / l). With bf16 caches (the fast path) two heads of
+ * the group share each widened key and value row, the scores sum in one
+ * reduction tree and the weights come from a vector exp
+ * (cpu_attention_bf16.h); f32 caches keep the arithmetic above, the
+ * reference. q is read whole before out is written, so out
  * may be q. A token's result depends only on its own q, position and
  * sequence, never on the rest of the batch (DESIGN §4.1).
  *
@@ -34,6 +40,7 @@
 
 #include "common/err.h"
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_attention_bf16.h"
 #include "kernels/cpu/cpu_simd.h"
 
 /* The step metadata, checked against the cache it addresses. */
@@ -68,7 +75,8 @@ static int kv_view_init(struct kv_view *v, const struct kt_batch *b, int64_t T,
 
 	if (!b || b->n_tokens != T || b->block_size <= 0)
 		return -EINVAL;
-	if (!cpu_valid(kc, KT_F32) || !cpu_valid(vc, KT_F32) || vc->cols != kc->cols)
+	if (!kc || (kc->dtype != KT_F32 && kc->dtype != KT_BF16) || !cpu_valid(kc, kc->dtype) ||
+	    !cpu_valid(vc, kc->dtype) || vc->cols != kc->cols)
 		return -EINVAL;
 	/* None also when the stride is below block_size: blocks would overlap. */
 	n_blocks = ATLAS_MIN(kt_kv_blocks(b, kc->rows), kt_kv_blocks(b, vc->rows));
@@ -125,15 +133,27 @@ int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (T * kv.row_len > CPU_PAR_MIN)
 	for (int64_t t = 0; t < T; t++) {
 		int64_t row = cache_row(&kv, seq_blocks(&kv, t), kv.pos[t]);
-		size_t bytes = (size_t)kv.row_len * sizeof(float);
+		const float *ks = (const float *)k->data + t * kv.row_len;
+		const float *vs = (const float *)v->data + t * kv.row_len;
 
-		memcpy((float *)kcache->data + row * kv.row_len,
-		       (const float *)k->data + t * kv.row_len, bytes);
-		memcpy((float *)vcache->data + row * kv.row_len,
-		       (const float *)v->data + t * kv.row_len, bytes);
+		if (kcache->dtype == KT_BF16) {
+			uint16_t *kd = (uint16_t *)kcache->data + row * kv.row_len;
+			uint16_t *vd = (uint16_t *)vcache->data + row * kv.row_len;
+
+			for (int64_t i = 0; i < kv.row_len; i++) {
+				kd[i] = narrow1(ks[i]);
+				vd[i] = narrow1(vs[i]);
+			}
+			continue;
+		}
+		memcpy((float *)kcache->data + row * kv.row_len, ks,
+		       (size_t)kv.row_len * sizeof(float));
+		memcpy((float *)vcache->data + row * kv.row_len, vs,
+		       (size_t)kv.row_len * sizeof(float));
 	}
 	return 0;
 }
+
 
 /* out[r] = scale * dot(q, k + r * ldk) for nr key rows. */
 CPU_INLINE void score_rows(const int nr, const float *q, const float *k, int64_t ldk, int D,
@@ -189,7 +209,8 @@ struct att_item {
 	int kvh, h0, nh, D;
 	float scale;
 	const float *q;             /* row t of q */
-	const float *kc, *vc;       /* caches (paged) or staging rows (staged) */
+	const void *kc, *vc;        /* caches (paged) or staging rows (staged) */
+	bool bf16;                  /* kc and vc hold bf16 (else f32) */
 	int64_t ld;                 /* floats from one cache row to the next */
 	int bs;                     /* positions folded at a time */
 	int32_t from, n;            /* paged: first position, and pos[t] + 1; staged: rows */
@@ -199,25 +220,39 @@ struct att_item {
 	int64_t acc_stride;
 };
 
-/* Fold len (<= bs) key rows k and value rows v (ld floats apart) into the
- * state of the item's heads. sc: scratch for nh * bs scores. */
-CPU_CLONES static void fold_block(const struct att_item *a, const float *k, const float *v,
-				  int32_t len, float *sc)
+/* Fold len (<= bs) key rows k and value rows v (ld elements apart, f32 or
+ * bf16) into the state of the item's heads. sc: scratch for nh * bs scores. */
+CPU_INLINE void fold_block(const struct att_item *a, const void *k, const void *v,
+			   const bool bf16, int32_t len, float *sc)
 {
 	const int64_t ld = a->ld;
 
-	for (int32_t r = 0; r < len; r += 4) {
+	for (int32_t r = 0; bf16 && r < len; r += 4) {
+		const int nr = len - r < 4 ? len - r : 4;
+		const uint16_t *kr = (const uint16_t *)k + r * ld;
+
+		for (int h = 0; h < a->nh; h += 2) {
+			const int nq = a->nh - h < 2 ? a->nh - h : 2;
+			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
+			float *out = sc + h * a->bs + r;
+
+			TILE_CASES(score_tile, nr, nq, q, q + a->D, kr, ld, a->D, a->scale, out,
+				   out + a->bs)
+		}
+	}
+	for (int32_t r = 0; !bf16 && r < len; r += 4) {
 		int nr = len - r < 4 ? len - r : 4;
 
 		for (int h = 0; h < a->nh; h++) {
 			const float *q = a->q + (int64_t)(a->h0 + h) * a->D;
+			const float *kr = (const float *)k + r * ld;
 			float *out = sc + h * a->bs + r;
 
 			switch (nr) {
-			case 4: score_rows(4, q, k + r * ld, ld, a->D, a->scale, out); break;
-			case 3: score_rows(3, q, k + r * ld, ld, a->D, a->scale, out); break;
-			case 2: score_rows(2, q, k + r * ld, ld, a->D, a->scale, out); break;
-			default: score_rows(1, q, k + r * ld, ld, a->D, a->scale, out); break;
+			case 4: score_rows(4, q, kr, ld, a->D, a->scale, out); break;
+			case 3: score_rows(3, q, kr, ld, a->D, a->scale, out); break;
+			case 2: score_rows(2, q, kr, ld, a->D, a->scale, out); break;
+			default: score_rows(1, q, kr, ld, a->D, a->scale, out); break;
 			}
 		}
 	}
@@ -229,39 +264,76 @@ CPU_CLONES static void fold_block(const struct att_item *a, const float *k, cons
 		for (int32_t j = 0; j < len; j++)
 			m_new = w[j] > m_new ? w[j] : m_new;
 		corr = *m == -INFINITY ? 0.0f : expf(*m - m_new);
+		if (bf16)
+			exp_block(w, len, m_new);
 		for (int32_t j = 0; j < len; j++) {
-			w[j] = expf(w[j] - m_new);
+			if (!bf16)
+				w[j] = expf(w[j] - m_new);
 			sum += w[j];
 		}
 		*m = m_new;
 		*l = *l * corr + sum;
 		for (int d = 0; d < a->D; d++)
 			acc[d] *= corr;
-		for (int32_t r = 0; r < len; r += 4) {
+		for (int32_t r = 0; !bf16 && r < len; r += 4) {
 			int nr = len - r < 4 ? len - r : 4;
+			const float *vr = (const float *)v + r * ld;
 
 			switch (nr) {
-			case 4: accumulate_rows(4, acc, v + r * ld, ld, a->D, w + r); break;
-			case 3: accumulate_rows(3, acc, v + r * ld, ld, a->D, w + r); break;
-			case 2: accumulate_rows(2, acc, v + r * ld, ld, a->D, w + r); break;
-			default: accumulate_rows(1, acc, v + r * ld, ld, a->D, w + r); break;
+			case 4: accumulate_rows(4, acc, vr, ld, a->D, w + r); break;
+			case 3: accumulate_rows(3, acc, vr, ld, a->D, w + r); break;
+			case 2: accumulate_rows(2, acc, vr, ld, a->D, w + r); break;
+			default: accumulate_rows(1, acc, vr, ld, a->D, w + r); break;
 			}
 		}
 	}
+	/* bf16: every head's weights first, then each value row once for two heads */
+	for (int32_t r = 0; bf16 && r < len; r += 4) {
+		const int nr = len - r < 4 ? len - r : 4;
+		const uint16_t *vr = (const uint16_t *)v + r * ld;
+
+		for (int h = 0; h < a->nh; h += 2) {
+			const int nq = a->nh - h < 2 ? a->nh - h : 2;
+			float *acc = a->acc + h * a->acc_stride, *w = sc + h * a->bs + r;
+
+			TILE_CASES(acc_tile, nr, nq, acc, acc + a->acc_stride, vr, ld, a->D, w,
+				   w + a->bs)
+		}
+	}
+}
+
+/* fold_block, compiled for f32 and for bf16 rows (each with its clones). */
+CPU_CLONES static void fold_block_f32(const struct att_item *a, const void *k, const void *v,
+				      int32_t len, float *sc)
+{
+	fold_block(a, k, v, false, len, sc);
+}
+
+CPU_CLONES static void fold_block_bf16(const struct att_item *a, const void *k, const void *v,
+				       int32_t len, float *sc)
+{
+	fold_block(a, k, v, true, len, sc);
 }
 
 /* Fold the item's positions, a block at a time. */
 static void fold(const struct att_item *a, struct cpu_scratch *s)
 {
 	const int64_t off = (int64_t)a->kvh * a->D;
+	const size_t es = a->bf16 ? sizeof(uint16_t) : sizeof(float);
 
 	for (int32_t j0 = a->from; j0 < a->n; j0 += a->bs) {
 		const int32_t len = a->n - j0 < a->bs ? a->n - j0 : a->bs;
 		int64_t base = j0 * a->ld + off;
+		const char *k, *v;
 
 		if (a->kv)
 			base = (int64_t)seq_blocks(a->kv, a->t)[j0 / a->bs] * a->kv->stride * a->ld + off;
-		fold_block(a, a->kc + base, a->vc + base, len, s->scores);
+		k = (const char *)a->kc + (size_t)base * es;
+		v = (const char *)a->vc + (size_t)base * es;
+		if (a->bf16)
+			fold_block_bf16(a, k, v, len, s->scores);
+		else
+			fold_block_f32(a, k, v, len, s->scores);
 	}
 }
 
@@ -398,7 +470,8 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 		struct cpu_scratch *s = cpu_scratch_self(cpu);
 		struct att_item a = {
 			.kv = &kv, .D = head_dim, .scale = scale, .kc = kcache->data,
-			.vc = vcache->data, .ld = kv.row_len, .bs = kv.bs,
+			.vc = vcache->data, .bf16 = kcache->dtype == KT_BF16, .ld = kv.row_len,
+			.bs = kv.bs,
 		};
 
 		att_place(&a, &p, it, n_kv_heads);
@@ -451,8 +524,9 @@ int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
 	    (rc = check_state(st, q, n_heads)))
 		return rc;
 	T = q->rows;
-	if (block_size <= 0 || block_size > cpu->max_context || !cpu_valid(ks, KT_F32) ||
-	    !cpu_shape(vs, KT_F32, ks->rows, ks->cols) ||
+	if (block_size <= 0 || block_size > cpu->max_context || !ks ||
+	    (ks->dtype != KT_F32 && ks->dtype != KT_BF16) || !cpu_valid(ks, ks->dtype) ||
+	    !cpu_shape(vs, ks->dtype, ks->rows, ks->cols) ||
 	    ks->cols != (int64_t)n_kv_heads * head_dim || !cpu_shape(span, KT_I32, T, 2))
 		return -EINVAL;
 	sp = span->data;
@@ -466,13 +540,15 @@ int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
 	if (keys * n_heads * head_dim > CPU_PAR_MIN)
 	for (int64_t it = 0; it < p.items; it++) {
 		struct cpu_scratch *s = cpu_scratch_self(cpu);
-		struct att_item a = { .D = head_dim, .scale = scale, .ld = ks->cols, .bs = block_size };
+		const size_t es = kt_dtype_size(ks->dtype);
+		struct att_item a = { .D = head_dim, .scale = scale, .ld = ks->cols, .bs = block_size,
+				      .bf16 = ks->dtype == KT_BF16 };
 
 		att_place(&a, &p, it, n_kv_heads);
 		a.q = (const float *)q->data + a.t * q->cols;
 		/* Rows row0 .. row0 + n, addressed from row0. */
-		a.kc = (const float *)ks->data + (int64_t)sp[2 * a.t] * ks->cols;
-		a.vc = (const float *)vs->data + (int64_t)sp[2 * a.t] * vs->cols;
+		a.kc = (const char *)ks->data + (size_t)((int64_t)sp[2 * a.t] * ks->cols) * es;
+		a.vc = (const char *)vs->data + (size_t)((int64_t)sp[2 * a.t] * vs->cols) * es;
 		a.from = 0;
 		a.n = sp[2 * a.t + 1];
 		att_state_at(&a, st, s);

@@ -1,6 +1,10 @@
 /* The cpu backend object: open, close, device info, the ops table and the
  * per-thread scratch.
  *
+ * Kernels: cpu_precision and cpu_isa (kernels/backend.h) pick how bf16
+ * weights are stored and multiplied (cpu_memory.c, cpu_matmul.c); the
+ * instruction set comes from the CPU's flags unless named.
+ *
  * Threads: kt_config.threads (0 = all online cores) is the team size of every
  * OpenMP region of this backend. Scratch is one allocation split into one
  * cache-line-aligned region per thread, sized from max_context and
@@ -41,7 +45,8 @@ static int scratch_init(struct cpu_backend *cpu)
 	size_t half = align_up((size_t)(cpu->max_head_dim / 2 + 1) * sizeof(float));
 	size_t cands = align_up(CPU_SAMPLE_CHUNK * sizeof(struct cpu_cand));
 	size_t gdn = align_up(3 * (size_t)cpu->max_head_dim * sizeof(float));
-	size_t per_thread = scores + acc + ml + 2 * half + cands + gdn;
+	size_t xbuf = cpu->bf16 ? (size_t)CPU_XBUF_ROWS * CPU_DP_MAX_K * sizeof(uint16_t) : 0;
+	size_t per_thread = scores + acc + ml + 2 * half + cands + gdn + xbuf;
 
 	cpu->scratch = calloc((size_t)cpu->threads, sizeof(*cpu->scratch));
 	cpu->scratch_mem = aligned_alloc(CPU_ALIGN, per_thread * (size_t)cpu->threads);
@@ -57,9 +62,12 @@ static int scratch_init(struct cpu_backend *cpu)
 		s->sin = (float *)(p + scores + acc + ml + half);
 		s->cands = (struct cpu_cand *)(p + scores + acc + ml + 2 * half);
 		s->gdn = (float *)(p + scores + acc + ml + 2 * half + cands);
+		s->xbuf = xbuf ? (uint16_t *)(p + scores + acc + ml + 2 * half + cands + gdn) : NULL;
 	}
 	return 0;
 }
+
+static const char *const isa_names[] = { "generic", "avx2", "avx512bf16", "amx" };
 
 static void fill_info(struct cpu_backend *cpu)
 {
@@ -68,12 +76,13 @@ static void fill_info(struct cpu_backend *cpu)
 	long total = sysconf(_SC_PHYS_PAGES);
 	long avail = sysconf(_SC_AVPHYS_PAGES);
 
-	snprintf(info->name, sizeof info->name, "cpu (%d thread%s, %s)", cpu->threads,
-		 cpu->threads == 1 ? "" : "s", cpu_isa_name());
+	snprintf(info->name, sizeof info->name, "cpu (%d thread%s, %s, %s %s)", cpu->threads,
+		 cpu->threads == 1 ? "" : "s", cpu_isa_name(), cpu->bf16 ? "bf16" : "f32",
+		 isa_names[cpu->isa]);
 	snprintf(info->backend, sizeof info->backend, "cpu");
 	info->memory_total = page > 0 && total > 0 ? (uint64_t)page * (uint64_t)total : 0;
 	info->memory_free = page > 0 && avail > 0 ? (uint64_t)page * (uint64_t)avail : 0;
-	info->kv_dtype = KT_F32;
+	info->kv_dtype = cpu->bf16 ? KT_BF16 : KT_F32;
 }
 
 static void cpu_close(struct kt_backend *be)
@@ -172,6 +181,31 @@ static const struct kt_ops cpu_ops = {
 	.sigmoid_mul = cpu_sigmoid_mul,
 };
 
+/* cpu_precision and cpu_isa of c into cpu. */
+static int set_kernels(struct cpu_backend *cpu, const struct kt_config *c, char *err,
+		       size_t errlen)
+{
+	const char *p = c->cpu_precision, *isa = c->cpu_isa;
+
+	if (p && strcmp(p, "f32") && strcmp(p, "bf16"))
+		return atlas_errf(err, errlen, -EINVAL,
+				  "backend cpu: cpu_precision %s: must be f32 or bf16", p);
+	cpu->bf16 = p && !strcmp(p, "bf16");
+	if (!isa || !strcmp(isa, "auto")) {
+		cpu->isa = CPU_ISA_AMX;
+		while (!cpu_isa_supported(cpu->isa))
+			cpu->isa--;
+		return 0;
+	}
+	for (cpu->isa = CPU_ISA_GENERIC; cpu->isa <= CPU_ISA_AMX; cpu->isa++)
+		if (!strcmp(isa, isa_names[cpu->isa]))
+			return cpu_isa_supported(cpu->isa) ? 0 : atlas_errf(
+				err, errlen, -ENOTSUP, "backend cpu: cpu_isa %s: this CPU lacks it", isa);
+	return atlas_errf(err, errlen, -EINVAL,
+			  "backend cpu: cpu_isa %s: must be auto, amx, avx512bf16, avx2 or generic",
+			  isa);
+}
+
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
 {
 	if (c->threads < 0)
@@ -206,6 +240,10 @@ int kt_cpu_open(const struct kt_config *c, struct kt_backend **out, char *err, s
 	cpu->max_context = c->max_context;
 	cpu->max_head_dim = c->max_head_dim;
 	pthread_mutex_init(&cpu->lock, NULL);
+	if ((rc = set_kernels(cpu, c, err, errlen))) {
+		cpu_close(&cpu->base);
+		return rc;
+	}
 	rc = scratch_init(cpu);
 	if (rc) {
 		int threads = cpu->threads;

@@ -1,7 +1,7 @@
 /* Row copies and elementwise ops: embed, gather_rows, swiglu, add,
  * sigmoid_mul.
  *
- * Layout: row-major f32 matrices; ids and idx are [n, 1] i32 and are checked
+ * Layout: row-major f32 matrices (embed's table may be bf16); ids and idx are [n, 1] i32 and are checked
  * against the table's rows before anything is written. swiglu may write over
  * gate or up, add may take x == y, sigmoid_mul may write over x (and over a
  * gate g of x's shape); other overlaps are refused. sigmoid_mul's gate is
@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "kernels/cpu/cpu_impl.h"
 
 /* out[i, :] = src[idx[i], :] for n rows of D floats; idx already checked. */
@@ -24,6 +25,16 @@ static void copy_rows(const struct cpu_backend *cpu, float *out, const float *sr
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n * D > CPU_PAR_MIN)
 	for (int64_t i = 0; i < n; i++)
 		memcpy(out + i * D, src + (int64_t)idx[i] * D, (size_t)D * sizeof(float));
+}
+
+/* out[i, :] = table[idx[i], :] widened, for n rows of D bf16; idx already checked. */
+static void widen_rows(const struct cpu_backend *cpu, float *out, const uint16_t *table,
+		       const int32_t *idx, int64_t n, int64_t D)
+{
+#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n * D > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < D; j++)
+			out[i * D + j] = half_bits_to_float(half_bf16_bits(table[idx[i] * D + j]));
 }
 
 static bool indices_below(const int32_t *idx, int64_t n, int64_t limit)
@@ -37,14 +48,18 @@ static bool indices_below(const int32_t *idx, int64_t n, int64_t limit)
 int cpu_embed(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
 	      const struct kt_tensor *ids)
 {
-	if (!cpu_valid(table, KT_F32) || !cpu_valid(ids, KT_I32) || ids->cols != 1)
+	if (!table || (table->dtype != KT_F32 && table->dtype != KT_BF16) ||
+	    !cpu_valid(table, table->dtype) || !cpu_valid(ids, KT_I32) || ids->cols != 1)
 		return -EINVAL;
 	if (!cpu_shape(out, KT_F32, ids->rows, table->cols) || cpu_overlap(out, table) ||
 	    cpu_overlap(out, ids))
 		return -EINVAL;
 	if (!indices_below(ids->data, ids->rows, table->rows))
 		return -EINVAL;
-	copy_rows(cpu_of(be), out->data, table->data, ids->data, ids->rows, table->cols);
+	if (table->dtype == KT_BF16)
+		widen_rows(cpu_of(be), out->data, table->data, ids->data, ids->rows, table->cols);
+	else
+		copy_rows(cpu_of(be), out->data, table->data, ids->data, ids->rows, table->cols);
 	return 0;
 }
 

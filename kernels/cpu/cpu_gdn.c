@@ -7,7 +7,7 @@
  * consecutive positions p0, p0 + 1, ...; no two runs may share a slot. Both
  * ops check that on the host before writing anything.
  *
- * conv1d: x, out [T, C] f32; w [C, K] f32 (cpu_weight's); state row s holds
+ * conv1d: x, out [T, C] f32; w [C, K] f32 or bf16 (cpu_weight's); state row s holds
  * at float j * C + c the input of channel c at position p0 - K + 1 + j
  * (j < K - 1, oldest first) before the run. Row t at position p:
  *   acc = 0; acc += w[c, j] · in(p - K + 1 + j, c) for j = 0 .. K-1 in order;
@@ -51,6 +51,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/cpu_simd.h"
 
@@ -128,8 +129,8 @@ static inline float conv_in(const float *x, const float *st, int64_t C, int K, i
 
 /* conv1d of the n rows from t0 (positions p0..) over channels [c0, c1),
  * then their state: st is the run's state row. */
-static void conv_run(float *out, const float *x, const float *w, float *st, int64_t C, int K,
-		     int64_t t0, int64_t n, int64_t p0, int64_t c0, int64_t c1)
+static void conv_run(float *out, const float *x, const void *w, bool w_bf16, float *st,
+		     int64_t C, int K, int64_t t0, int64_t n, int64_t p0, int64_t c0, int64_t c1)
 {
 	const int64_t last = p0 + n - 1;
 
@@ -139,8 +140,13 @@ static void conv_run(float *out, const float *x, const float *w, float *st, int6
 		for (int64_t c = c0; c < c1; c++) {
 			float acc = 0.0f;
 
-			for (int j = 0; j < K; j++)
-				acc += w[c * K + j] * conv_in(x, st, C, K, t0, p0, first + j, c);
+			for (int j = 0; j < K; j++) {
+				float wj = w_bf16 ? half_bits_to_float(half_bf16_bits(
+							    ((const uint16_t *)w)[c * K + j]))
+						  : ((const float *)w)[c * K + j];
+
+				acc += wj * conv_in(x, st, C, K, t0, p0, first + j, c);
+			}
 			out[(t0 + i) * C + c] = acc / (1.0f + expf(-acc));
 		}
 	}
@@ -157,7 +163,8 @@ int cpu_conv1d(struct kt_backend *be, const struct kt_tensor *out, const struct 
 	int64_t T, C, K, runs, n_cb;
 	int rc;
 
-	if (!cpu_valid(x, KT_F32) || !cpu_valid(w, KT_F32) || !cpu_valid(state, KT_F32))
+	if (!cpu_valid(x, KT_F32) || !w || (w->dtype != KT_F32 && w->dtype != KT_BF16) ||
+	    !cpu_valid(w, w->dtype) || !cpu_valid(state, KT_F32))
 		return -EINVAL;
 	T = x->rows;
 	C = x->cols;
@@ -180,7 +187,8 @@ int cpu_conv1d(struct kt_backend *be, const struct kt_tensor *out, const struct 
 
 		if (!run_start(sl, t0))
 			continue;
-		conv_run(out->data, x->data, w->data, (float *)state->data + sl[t0] * state->cols,
+		conv_run(out->data, x->data, w->data, w->dtype == KT_BF16,
+			 (float *)state->data + sl[t0] * state->cols,
 			 C, (int)K, t0, run_len(sl, t0, T), pos[t0], c0,
 			 C - c0 < GDN_CONV_CHANNELS ? C : c0 + GDN_CONV_CHANNELS);
 	}

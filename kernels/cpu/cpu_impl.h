@@ -44,6 +44,8 @@ struct cpu_scratch {
 	struct cpu_cand *cands; /* [CPU_SAMPLE_CHUNK] sampling heap */
 	float *gdn;             /* [3, max_head_dim] delta rule: one head's q, k and
 				 * kv memory (cpu_gdn.c; k_dim, v_dim <= max_head_dim) */
+	uint16_t *xbuf;         /* [CPU_XBUF_ROWS, CPU_DP_MAX_K] rows of x rounded to bf16
+				 * by the dp and amx kernels; NULL under cpu_precision f32 */
 };
 
 /* Set of pointers the backend allocated and must free (aliased weights are
@@ -54,9 +56,15 @@ struct cpu_ptrset {
 	size_t count;
 };
 
+/* Instruction sets of the bf16-weight matmul kernels, in order of preference. */
+enum cpu_isa { CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512BF16, CPU_ISA_AMX };
+
 struct cpu_backend {
 	struct kt_backend base;    /* first member: the engine's handle */
 	int threads;               /* OpenMP team size of every op */
+	bool bf16;                 /* cpu_precision bf16: bf16 matrices stay bf16 (cpu_weight)
+				    * and matmul may round x to bf16 */
+	enum cpu_isa isa;          /* the bf16-weight kernels' instruction set */
 	int max_context;           /* attention: positions per sequence the scratch holds */
 	int max_head_dim;          /* attention, rope and delta_rule: head dims the
 				    * scratch holds */
@@ -112,10 +120,34 @@ struct cpu_xrows {
 int64_t cpu_matmul_wrows(int64_t K, int64_t N);
 /* y rows [0, T) = x rows [t0, t0 + T) · w rows [0, nb)ᵀ (+ bias[0, nb)):
  * y's rows are N floats apart, and y, w and bias start at the block. Each y
- * element is dot(x row, w row) in cpu_simd.h's one order, whatever T, t0
- * and nb. */
-void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T, const float *w,
-		      int64_t nb, int64_t K, float *y, int64_t N, const float *bias);
+ * element is a function of its x row, w row and bias alone, whatever T, t0
+ * and nb: dot(x row, w row) in cpu_simd.h's one order for the f32 and the
+ * widening bf16 kernels, cpu_matmul_dp.c's order for the dp kernel. */
+typedef void cpu_mm_block_fn(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
+			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			     uint16_t *xbuf);
+/* f32 w (x86-64-v3 or baseline clones). */
+cpu_mm_block_fn cpu_matmul_block;
+/* bf16 w widened exactly to f32 in registers: portable, and AVX2 + FMA. */
+cpu_mm_block_fn cpu_matmul_bf16_generic;
+cpu_mm_block_fn cpu_matmul_bf16_avx2;
+/* bf16 w and x rounded to bf16 into xbuf (the calling thread's scratch):
+ * AVX512-BF16 dot products (cpu_matmul_dp.c) or AMX tiles
+ * (cpu_matmul_amx.c); for K <= CPU_DP_MAX_K only. */
+#define CPU_DP_MAX_K 16384
+#define CPU_XBUF_ROWS 32
+cpu_mm_block_fn cpu_matmul_bf16_dp;
+cpu_mm_block_fn cpu_matmul_bf16_amx;
+/* w rows per block for kernel (cpu_matmul_wrows but for the amx kernel,
+ * whose blocks are larger: each block packs its rows of x once). */
+int64_t cpu_matmul_kernel_wrows(cpu_mm_block_fn *kernel, int64_t K, int64_t N);
+/* The block kernel for w of dtype dt (f32 or bf16) and rows of K: the one
+ * function of the backend's precision and instruction set for that K. */
+cpu_mm_block_fn *cpu_matmul_kernel(const struct cpu_backend *cpu, enum kt_dtype dt, int64_t K);
+/* Whether this CPU runs isa's kernels. */
+bool cpu_isa_supported(enum cpu_isa isa);
+/* The CPU has AMX-BF16 and Linux gave this process the tile state. */
+bool cpu_amx_usable(void);
 
 /* Memory (cpu_memory.c) */
 int cpu_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,

@@ -1,7 +1,12 @@
 /* y = x · wᵀ (+ bias), batch-invariant.
  *
- * Layout: x [T, K] and w [N, K] row-major f32 (the Hugging Face Linear
- * layout), y [T, N], bias [1, N].
+ * Layout: x [T, K] and w [N, K] row-major (the Hugging Face Linear layout),
+ * y [T, N], bias [1, N]; all f32 but w, which may be bf16. A bf16 w is
+ * widened exactly to f32 in registers (portable, or AVX2 + FMA), so that
+ * both give the products of f32 precision, or, with cpu_precision bf16 on a
+ * CPU with AMX or AVX512-BF16, multiplied with x rounded to bf16 on those
+ * units (cpu_matmul_amx.c, cpu_matmul_dp.c). cpu_matmul_kernel picks one
+ * per backend and K, never by T.
  *
  * Every y[t, n] is dot(x[t], w[n]) in the one order of cpu_simd.h, plus
  * bias[n]: it depends on those two rows only, never on T, on where row t sits
@@ -35,6 +40,7 @@
 #define NR 3
 #define NR1 8
 #define W_BLOCK_BYTES (128 * 1024)
+#define AMX_BLOCK_BYTES (1024 * 1024)
 
 int64_t cpu_matmul_wrows(int64_t K, int64_t N)
 {
@@ -44,10 +50,16 @@ int64_t cpu_matmul_wrows(int64_t K, int64_t N)
 	return nb < 24 ? 24 : nb;
 }
 
+/* Element k of a w row: f32, or bf16 widened. */
+CPU_INLINE float wat(const void *w, bool bf16, int64_t k)
+{
+	return bf16 ? widen1(((const uint16_t *)w)[k]) : ((const float *)w)[k];
+}
+
 /* y[i, j] = dot(x[i], w[j]) (+ bias[j]) for an mr × nr tile: x[i] are the
- * tile's rows of x, w's rows are K apart. */
-CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const float *w,
-		     int64_t K, float *y, int64_t ldy, const float *bias)
+ * tile's rows of x, w's rows (f32, or bf16 widened in registers) are K apart. */
+CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const void *w,
+		     const bool bf16, int64_t K, float *y, int64_t ldy, const float *bias)
 {
 	v8f acc[MR][NR1];
 	int64_t k;
@@ -62,7 +74,8 @@ CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const fl
 
 #pragma GCC unroll 8
 		for (int j = 0; j < nr; j++)
-			wv[j] = load8(w + j * K + k);
+			wv[j] = bf16 ? widen8((const uint16_t *)w + j * K + k)
+				     : load8((const float *)w + j * K + k);
 #pragma GCC unroll 4
 		for (int i = 0; i < mr; i++) {
 			v8f xv = load8(x[i] + k);
@@ -79,7 +92,7 @@ CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const fl
 			float s = hsum8(acc[i][j]);
 
 			for (int64_t t = k; t < K; t++)
-				s += x[i][t] * w[j * K + t];
+				s += x[i][t] * wat(w, bf16, j * K + t);
 			y[i * ldy + j] = bias ? s + bias[j] : s;
 		}
 	}
@@ -87,13 +100,15 @@ CPU_INLINE void tile(const int mr, const int nr, const float *const *x, const fl
 
 #define TILE_CASE(m, n) \
 	case (m) * 16 + (n): \
-		tile(m, n, xp, wp, K, yp, N, bp); \
+		tile(m, n, xp, wp, bf16, K, yp, N, bp); \
 		break
 
-CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T,
-				 const float *w, int64_t nb, int64_t K, float *y, int64_t N,
-				 const float *bias)
+CPU_INLINE void block(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
+		      const bool bf16, int64_t nb, int64_t K, float *y, int64_t N,
+		      const float *bias)
 {
+	const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
+
 	for (int64_t t = t0; t < t0 + T; t += MR) {
 		int mr = t0 + T - t < MR ? (int)(t0 + T - t) : MR, step = mr == 1 ? NR1 : NR;
 		const float *xp[MR];
@@ -102,7 +117,8 @@ CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t 
 			xp[i] = x->x + (x->order ? x->order[t + i] / x->k : t + i) * K;
 		for (int64_t j = 0; j < nb; j += step) {
 			int nr = nb - j < step ? (int)(nb - j) : step;
-			const float *wp = w + j * K, *bp = bias ? bias + j : NULL;
+			const void *wp = (const char *)w + (size_t)(j * K) * esize;
+			const float *bp = bias ? bias + j : NULL;
 			float *yp = y + (t - t0) * N + j;
 
 			switch (mr * 16 + nr) {
@@ -116,16 +132,69 @@ CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t 
 	}
 }
 
+CPU_CLONES void cpu_matmul_block(const struct cpu_xrows *x, int64_t t0, int64_t T,
+				 const void *w, int64_t nb, int64_t K, float *y, int64_t N,
+				 const float *bias, uint16_t *xbuf)
+{
+	block(x, t0, T, w, false, nb, K, y, N, bias);
+}
+
+void cpu_matmul_bf16_generic(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
+			     int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			     uint16_t *xbuf)
+{
+	block(x, t0, T, w, true, nb, K, y, N, bias);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma")))
+#endif
+void cpu_matmul_bf16_avx2(const struct cpu_xrows *x, int64_t t0, int64_t T, const void *w,
+			  int64_t nb, int64_t K, float *y, int64_t N, const float *bias,
+			  uint16_t *xbuf)
+{
+	block(x, t0, T, w, true, nb, K, y, N, bias);
+}
+
+cpu_mm_block_fn *cpu_matmul_kernel(const struct cpu_backend *cpu, enum kt_dtype dt, int64_t K)
+{
+	if (dt == KT_F32)
+		return cpu_matmul_block;
+	if (cpu->bf16 && cpu->isa == CPU_ISA_AMX && K <= CPU_DP_MAX_K)
+		return cpu_matmul_bf16_amx;
+	if (cpu->bf16 && cpu->isa == CPU_ISA_AVX512BF16 && K <= CPU_DP_MAX_K)
+		return cpu_matmul_bf16_dp;
+	return cpu->isa >= CPU_ISA_AVX2 ? cpu_matmul_bf16_avx2 : cpu_matmul_bf16_generic;
+}
+
+int64_t cpu_matmul_kernel_wrows(cpu_mm_block_fn *kernel, int64_t K, int64_t N)
+{
+	int64_t nb;
+
+	if (kernel != cpu_matmul_bf16_amx)
+		return cpu_matmul_wrows(K, N);
+	/* About 1 MiB of w (in L2), but no more than half of N: two threads
+	 * share a decode step's rows. Multiples of the 32 rows of a tile pair. */
+	nb = (AMX_BLOCK_BYTES / (K * 2 + 1) / 32) * 32;
+	nb = nb < (N + 1) / 2 ? nb : (N + 1) / 2;
+	nb = (nb + 31) / 32 * 32;
+	return nb < 32 ? 32 : nb;
+}
+
 int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 	       const struct kt_tensor *w, const struct kt_tensor *bias)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 	int64_t T, K, N, nb, n_wb, n_xb;
 	struct cpu_xrows xr;
-	const float *wd, *bd;
+	const char *wd;
+	const float *bd;
+	cpu_mm_block_fn *kernel;
+	size_t esize;
 	float *yd;
 
-	if (!cpu_valid(x, KT_F32) || !cpu_valid(w, KT_F32))
+	if (!cpu_valid(x, KT_F32) || !w || (w->dtype != KT_F32 && w->dtype != KT_BF16) ||
+	    !cpu_valid(w, w->dtype))
 		return -EINVAL;
 	T = x->rows;
 	K = x->cols;
@@ -138,11 +207,13 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 		return -EINVAL;
 	if (!T || !N)
 		return 0;
-	nb = cpu_matmul_wrows(K, N);
+	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
+	nb = cpu_matmul_kernel_wrows(kernel, K, N);
 	n_wb = (N + nb - 1) / nb;
 	n_xb = (T + CPU_MM_ROWS - 1) / CPU_MM_ROWS;
 	xr = (struct cpu_xrows){ .x = x->data };
 	wd = w->data;
+	esize = kt_dtype_size(w->dtype);
 	bd = bias ? bias->data : NULL;
 	yd = y->data;
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
@@ -152,8 +223,8 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 		int64_t len = N - n0 < nb ? N - n0 : nb;
 		int64_t rows = T - t0 < CPU_MM_ROWS ? T - t0 : CPU_MM_ROWS;
 
-		cpu_matmul_block(&xr, t0, rows, wd + n0 * K, len, K, yd + t0 * N + n0, N,
-				 bd ? bd + n0 : NULL);
+		kernel(&xr, t0, rows, wd + (size_t)(n0 * K) * esize, len, K, yd + t0 * N + n0, N,
+		       bd ? bd + n0 : NULL, cpu_scratch_self(cpu)->xbuf);
 	}
 	return 0;
 }

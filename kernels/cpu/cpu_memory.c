@@ -1,5 +1,9 @@
 /* Backend memory of the cpu backend: tensors are 64-byte aligned host
- * allocations; weights are converted to f32 once at load.
+ * allocations; weights are converted to f32 once at load, but for bf16
+ * matrices (more than one row) under cpu_precision bf16, which stay bf16:
+ * the ops that read matrices (matmul, moe_matmul, embed, conv1d) widen them
+ * in registers. Vectors (norm weights, biases, gates of one row) are f32
+ * either way.
  *
  * Ownership: every allocation the backend makes is recorded in a pointer set
  * (cpu->owned, under cpu->lock because loaders may run on several threads).
@@ -204,6 +208,14 @@ int cpu_weight(struct kt_backend *be, enum kt_dtype src_dtype, const void *src, 
 	if (src_dtype == KT_F32 && src_outlives && (uintptr_t)src % _Alignof(float) == 0) {
 		*out = (struct kt_tensor){ .data = (void *)src, .dtype = KT_F32,
 					   .rows = rows, .cols = cols };
+		return 0;
+	}
+	if (src_dtype == KT_BF16 && rows > 1 && cpu_of(be)->bf16) {
+		rc = cpu_alloc(be, KT_BF16, rows, cols, &t);
+		if (rc)
+			return rc;
+		memcpy(t.data, src, (size_t)rows * (size_t)cols * sizeof(uint16_t));
+		*out = t;
 		return 0;
 	}
 	rc = cpu_alloc(be, KT_F32, rows, cols, &t);

@@ -160,9 +160,12 @@ int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struc
 	int64_t A, E, K, N, n_local, nb, n_wb, n_items = 0;
 	const int32_t *off;
 	struct cpu_xrows xr;
+	cpu_mm_block_fn *kernel;
+	size_t esize;
 	float *yd;
 
-	if (!cpu_valid(y, KT_F32) || !cpu_valid(x, KT_F32) || !cpu_valid(w, KT_F32) ||
+	if (!cpu_valid(y, KT_F32) || !cpu_valid(x, KT_F32) || !w ||
+	    (w->dtype != KT_F32 && w->dtype != KT_BF16) || !cpu_valid(w, w->dtype) ||
 	    !cpu_valid(order, KT_I32) || !cpu_valid(offsets, KT_I32))
 		return -EINVAL;
 	A = y->rows;
@@ -186,11 +189,13 @@ int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struc
 	memset(yd, 0, (size_t)off[e0] * (size_t)N * sizeof(float));
 	memset(yd + off[e0 + n_local] * N, 0,
 	       (size_t)(A - off[e0 + n_local]) * (size_t)N * sizeof(float));
-	nb = cpu_matmul_wrows(K, N);
+	kernel = cpu_matmul_kernel(cpu, w->dtype, K);
+	nb = cpu_matmul_kernel_wrows(kernel, K, N);
 	n_wb = (N + nb - 1) / nb;
 	for (int64_t e = e0; e < e0 + n_local; e++)
 		n_items += n_wb * ((off[e + 1] - off[e] + CPU_MM_ROWS - 1) / CPU_MM_ROWS);
 	xr = (struct cpu_xrows){ .x = x->data, .order = k ? order->data : NULL, .k = k };
+	esize = kt_dtype_size(w->dtype);
 	/* Items run expert by expert and, within one, walk the row blocks inside
 	 * each w block, as matmul's do. */
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
@@ -208,8 +213,8 @@ int cpu_moe_matmul(struct kt_backend *be, const struct kt_tensor *y, const struc
 		r0 = off[e] + (it - first) % n_xb * CPU_MM_ROWS;
 		rows = off[e + 1] - r0 < CPU_MM_ROWS ? off[e + 1] - r0 : CPU_MM_ROWS;
 		len = N - n0 < nb ? N - n0 : nb;
-		cpu_matmul_block(&xr, r0, rows, (const float *)w->data + ((e - e0) * N + n0) * K,
-				 len, K, yd + r0 * N + n0, N, NULL);
+		kernel(&xr, r0, rows, (const char *)w->data + (size_t)(((e - e0) * N + n0) * K) * esize,
+		       len, K, yd + r0 * N + n0, N, NULL, cpu_scratch_self(cpu)->xbuf);
 	}
 	return 0;
 }

@@ -20,6 +20,9 @@
 typedef float v8f __attribute__((vector_size(32)));
 /* The same, for loads and stores at any float-aligned address. */
 typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+/* 8 bf16, aligned or at any 2-byte-aligned address. */
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint16_t v8h_u __attribute__((vector_size(16), aligned(2)));
 
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -40,6 +43,38 @@ CPU_INLINE v8f load8(const float *p)
 CPU_INLINE void store8(float *p, v8f v)
 {
 	*(v8f_u *)p = v;
+}
+
+/* 8 bf16 values widened to f32 (exact: bf16 is the top half of an f32),
+ * each put above a zero half: two unpacks and a lane swap (GCC 12 makes
+ * five instructions of a conversion to 32 bits and a shift). */
+CPU_INLINE v8f widen8(const uint16_t *p)
+{
+	const v8h z = { 0 };
+
+	return (v8f)__builtin_shufflevector(z, *(const v8h_u *)p, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12,
+					    5, 13, 6, 14, 7, 15);
+}
+
+/* One bf16 value widened to f32. */
+CPU_INLINE float widen1(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	__builtin_memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* f32 rounded to bf16, nearest even; a NaN stays a (quiet) NaN. */
+CPU_INLINE uint16_t narrow1(float f)
+{
+	uint32_t u;
+
+	__builtin_memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((u >> 16) | 0x40);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
 /* The lanes of a, summed in a fixed tree. */

@@ -276,7 +276,7 @@ enum mm_fault {
 	FAULT_Y_COLS,    /* y of 4 columns */
 	FAULT_BIAS_COLS, /* bias of 4 columns */
 	FAULT_Y_OVER_X,  /* y is x's memory */
-	FAULT_W_DTYPE,   /* w in a dtype the backend keeps no weights in */
+	FAULT_W_DTYPE,   /* w of f16, a dtype no backend keeps weights in */
 	FAULT_W_I32,     /* w of i32 */
 };
 
@@ -308,7 +308,7 @@ static void *mm_fault_run(struct op_run *r, const void *params, const void *inpu
 	case FAULT_BIAS_COLS: o->rc_call = kt_matmul(b->be, &y, &x, &w, &bias); break;
 	case FAULT_Y_OVER_X: o->rc_call = kt_matmul(b->be, &xy, &x, &w, NULL); break;
 	case FAULT_W_DTYPE:
-		wt.dtype = b->weight_dtype == KT_F32 ? KT_BF16 : KT_F16;
+		wt.dtype = KT_F16;
 		o->rc_call = kt_matmul(b->be, &y, &x, &wt, NULL);
 		break;
 	case FAULT_W_I32:

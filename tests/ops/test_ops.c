@@ -13,7 +13,9 @@
  * The case tables live in ops_*.c, one file per op family; a new file is
  * one entry of OP_FILES below. Environment: ATLAS_TEST_SEED changes every
  * case's inputs (each case seeds its generator from its name and this);
- * ATLAS_CUDA_DEVICE picks the GPU (default 0).
+ * ATLAS_CUDA_DEVICE picks the GPU (default 0); ATLAS_TEST_CPU_PRECISION sets
+ * the cpu backend's cpu_precision (bf16: its KV caches are bf16, which the
+ * attention cases build their inputs for; meson test ops-cpu-bf16-attention).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +37,7 @@
 	X(ops_elementwise) \
 	X(ops_norm) \
 	X(ops_matmul) \
+	X(ops_matmul_isa) \
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \
@@ -80,6 +83,7 @@ static void open_backend(const char *kind, struct kt_config *c, struct op_backen
 
 	*c = limits;
 	c->backend = kind;
+	c->cpu_precision = getenv("ATLAS_TEST_CPU_PRECISION");
 	if (strcmp(kind, "cuda") == 0) {
 		if (!strstr(kt_backends_built(), "cuda")) {
 			printf("skip: no CUDA device (this build has no CUDA backend)\n");
