@@ -53,6 +53,7 @@ if [ "${ATLAS_CHECK_SANITIZE:-1}" != 0 ]; then
 	# (the engine's invariants on tiny-qwen3 are the longest, 3-4 minutes
 	# each), so none is left out; the timeouts are four times the plain ones.
 	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1} \
+	LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tools/lsan.supp} \
 	UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
 		meson test -C $san --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
 		"$@" || status=$?
