@@ -32,6 +32,21 @@ if [ ! -f "$tiny/config.json" ]; then
 		--hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --dtype f32 --seed 7
 fi
 
+# Builds one pass's tree. A failed build prints its errors, and its pass's
+# tests do not run (not even what an earlier build left): with no
+# testlog.json the pass counts as one failure in the last line.
+build_or_report() {
+	dir=$1
+	shift
+	if ! ninja -C "$dir" "$@" >"$dir/check-build.log" 2>&1; then
+		echo "check: the build in $dir failed:"
+		grep -E -A8 "FAILED|error" "$dir/check-build.log" | head -60
+		status=1
+		rm -f "$dir/meson-logs/testlog.json"
+		return 1
+	fi
+}
+
 echo "check: running the tests (meson test; one line per test as it ends)"
 status=0
 logs=build/meson-logs/testlog.json
@@ -47,16 +62,17 @@ if [ "${ATLAS_CHECK_SANITIZE:-1}" != 0 ]; then
 	[ -f $san/build.ninja ] || meson setup $san -Db_sanitize=address,undefined \
 		-Db_lundef=false -Dcuda=disabled >/dev/null
 	rm -f $san/meson-logs/testlog.json
-	ninja -C $san >/dev/null || status=1
 	rm -rf $san/testdata && cp -a build/testdata $san/testdata
 	# Every test runs here too: on two cores the pass takes about 12 minutes
 	# (the engine's invariants on tiny-qwen3 are the longest, 3-4 minutes
 	# each), so none is left out; the timeouts are four times the plain ones.
-	ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1} \
-	LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tools/lsan.supp} \
-	UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
-		meson test -C $san --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
-		"$@" || status=$?
+	if build_or_report $san; then
+		ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1} \
+		LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tools/lsan.supp} \
+		UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
+			meson test -C $san --print-errorlogs --num-processes 2 \
+			--timeout-multiplier 4 "$@" || status=$?
+	fi
 	logs="$logs $san/meson-logs/testlog.json"
 fi
 
@@ -88,11 +104,12 @@ if [ "${ATLAS_CHECK_FUZZ:-${fuzz_default:-1}}" != 0 ]; then
 			n=$(basename "$f" .c); echo "tests/fuzz/$n"; done)
 		rm -f $fuzz/meson-logs/testlog.json
 		# shellcheck disable=SC2086
-		ninja -C $fuzz $targets >/dev/null || status=1
-		ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-		UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
-			meson test -C $fuzz --no-rebuild --print-errorlogs --num-processes 2 \
-			--suite fuzz || status=$?
+		if build_or_report $fuzz $targets; then
+			ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+			UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
+				meson test -C $fuzz --no-rebuild --print-errorlogs \
+				--num-processes 2 --suite fuzz || status=$?
+		fi
 		logs="$logs $fuzz/meson-logs/testlog.json"
 	else
 		fuzz_skipped=$(ls tests/fuzz/fuzz_*.c | wc -l)

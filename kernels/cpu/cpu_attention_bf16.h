@@ -20,7 +20,6 @@
 CPU_INLINE void score_tile(const int nr, const int nq, const float *q0, const float *q1,
 			   const uint16_t *k, int64_t ldk, int D, float scale, float *o0, float *o1)
 {
-	typedef int32_t v8i __attribute__((vector_size(32)));
 	v8f acc[8], u[4], w[2], s;
 	int d;
 
@@ -41,14 +40,14 @@ CPU_INLINE void score_tile(const int nr, const int nq, const float *q0, const fl
 	}
 #pragma GCC unroll 4
 	for (int i = 0; i < 4; i++)
-		u[i] = __builtin_shuffle(acc[2 * i], acc[2 * i + 1], (v8i){ 0, 8, 2, 10, 4, 12, 6, 14 }) +
-		       __builtin_shuffle(acc[2 * i], acc[2 * i + 1], (v8i){ 1, 9, 3, 11, 5, 13, 7, 15 });
+		u[i] = __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+		       __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
 #pragma GCC unroll 2
 	for (int i = 0; i < 2; i++)
-		w[i] = __builtin_shuffle(u[2 * i], u[2 * i + 1], (v8i){ 0, 1, 8, 9, 4, 5, 12, 13 }) +
-		       __builtin_shuffle(u[2 * i], u[2 * i + 1], (v8i){ 2, 3, 10, 11, 6, 7, 14, 15 });
-	s = __builtin_shuffle(w[0], w[1], (v8i){ 0, 1, 2, 3, 8, 9, 10, 11 }) +
-	    __builtin_shuffle(w[0], w[1], (v8i){ 4, 5, 6, 7, 12, 13, 14, 15 });
+		w[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+		       __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+	s = __builtin_shufflevector(w[0], w[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+	    __builtin_shufflevector(w[0], w[1], 4, 5, 6, 7, 12, 13, 14, 15);
 #pragma GCC unroll 4
 	for (int r = 0; r < nr; r++) {
 		float t0 = s[r], t1 = s[4 + r];

@@ -28,6 +28,7 @@
 #include "kernels/cpu/cpu_impl.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -205,10 +206,16 @@ AMX_TARGET void cpu_matmul_bf16_amx(const struct cpu_xrows *x, int64_t t0, int64
 	_tile_release();
 }
 
-/* Linux hands out the tile state only on request, once per process. */
+/* CPUID leaf 7 names AMX-TILE (EDX bit 24) and AMX-BF16 (bit 22), read
+ * directly because not every compiler's __builtin_cpu_supports knows them.
+ * Linux hands out the tile state only on request, once per process. */
 bool cpu_amx_usable(void)
 {
-	return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return false;
+	return (d >> 24 & 1) && (d >> 22 & 1) &&
 	       syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
 		       18 /* XFEATURE_XTILEDATA */) == 0;
 }
