@@ -167,6 +167,8 @@ struct kt_device_info {
 	uint64_t memory_free;    /* at open */
 	enum kt_dtype kv_dtype;  /* dtype the backend wants for the KV cache */
 	bool graphs;             /* kt_graph records and replays (else it only runs record) */
+	bool att_p_bf16;         /* attention on bf16 caches rounds the softmax weights to
+				  * bf16 for P·V (cpu with AMX, cuda's tensor cores) */
 };
 
 struct kt_config {

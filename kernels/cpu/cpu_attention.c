@@ -18,7 +18,9 @@
  * output is acc * (1 / l). With bf16 caches (the fast path) two heads of
  * the group share each widened key and value row, the scores sum in one
  * reduction tree and the weights come from a vector exp
- * (cpu_attention_bf16.h); f32 caches keep the arithmetic above, the
+ * (cpu_attention_bf16.h); where the backend has AMX and head_dim allows,
+ * bf16 caches go to the tiles of cpu_attention_amx.c instead, several
+ * tokens of a prompt together. f32 caches keep the arithmetic above, the
  * reference. q is read whole before out is written, so out
  * may be q. A token's result depends only on its own q, position and
  * sequence, never on the rest of the batch (DESIGN §4.1).
@@ -39,29 +41,9 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_attention.h"
 #include "kernels/cpu/cpu_attention_bf16.h"
 #include "kernels/cpu/cpu_simd.h"
-
-/* The step metadata, checked against the cache it addresses. */
-struct kv_view {
-	const int32_t *pos, *seq; /* [T] */
-	const int32_t *bt;        /* [n_seqs, bt_cols] */
-	int64_t bt_cols;
-	int bs;                   /* block_size */
-	int64_t stride;           /* cache rows from one block to the next */
-	int64_t row_len;          /* cache cols: n_kv * D */
-};
-
-static inline const int32_t *seq_blocks(const struct kv_view *v, int64_t t)
-{
-	return v->bt + (int64_t)v->seq[t] * v->bt_cols;
-}
-
-static inline int64_t cache_row(const struct kv_view *v, const int32_t *blocks, int32_t p)
-{
-	return (int64_t)blocks[p / v->bs] * v->stride + p % v->bs;
-}
 
 /* Check b for T tokens over caches kc and vc. With all_blocks, every block a
  * token's attention reads (0..pos/bs) must lie within both caches; otherwise
@@ -200,25 +182,6 @@ CPU_INLINE void accumulate_rows(const int nr, float *acc, const float *v, int64_
 		for (int r = 0; r < nr; r++)
 			acc[d] += wts[r] * v[r * ldv + d];
 }
-
-/* Where one work item's keys and values are: the paged cache through the
- * block table (positions from .. pos[t]), or staged rows (row0 .. row0 + n). */
-struct att_item {
-	const struct kv_view *kv;   /* paged: the step metadata; NULL: staged rows */
-	int64_t t;
-	int kvh, h0, nh, D;
-	float scale;
-	const float *q;             /* row t of q */
-	const void *kc, *vc;        /* caches (paged) or staging rows (staged) */
-	bool bf16;                  /* kc and vc hold bf16 (else f32) */
-	int64_t ld;                 /* floats from one cache row to the next */
-	int bs;                     /* positions folded at a time */
-	int32_t from, n;            /* paged: first position, and pos[t] + 1; staged: rows */
-	float *m, *l;               /* [nh] the state, in the worker's scratch or ml */
-	int64_t ml_stride;          /* floats between one head's m and the next's (l follows m) */
-	float *acc;                 /* [nh, acc_stride] accumulators */
-	int64_t acc_stride;
-};
 
 /* Fold len (<= bs) key rows k and value rows v (ld elements apart, f32 or
  * bf16) into the state of the item's heads. sc: scratch for nh * bs scores. */
@@ -359,12 +322,6 @@ static void finish_heads(const struct att_item *a, float *out_row)
 	}
 }
 
-/* Items of T tokens: heads per item, chunks per kv head, the item count. */
-struct att_split {
-	int group, per, chunks;
-	int64_t items;
-};
-
 static struct att_split att_split(const struct cpu_backend *cpu, int64_t T, int n_heads,
 				  int n_kv_heads)
 {
@@ -463,6 +420,17 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 		if (f < 0 || f % kv.bs)
 			return -EINVAL;
 	}
+	if (cpu_attention_amx_path(cpu, kcache->dtype, head_dim)) {
+		const struct att_item a = { .kv = &kv, .D = head_dim, .scale = scale,
+					    .kc = kcache->data, .vc = vcache->data, .bf16 = true,
+					    .ld = kv.row_len, .bs = kv.bs };
+		const struct cpu_amx_src src = { .id = kv.seq, .end = kv.pos, .stride = 1, .add = 1,
+					     .from = from ? from->data : NULL };
+
+		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, out ? out->data : NULL,
+			q->data, q->cols, keys * n_heads * head_dim);
+		return 0;
+	}
 	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \
 	if (keys * n_heads * head_dim > CPU_PAR_MIN)
@@ -534,6 +502,16 @@ int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
 		if (sp[2 * t] < 0 || sp[2 * t + 1] < 0 || sp[2 * t] > ks->rows - sp[2 * t + 1])
 			return -EINVAL;
 		keys += sp[2 * t + 1];
+	}
+	if (cpu_attention_amx_path(cpu, ks->dtype, head_dim)) {
+		const struct att_item a = { .D = head_dim, .scale = scale, .kc = ks->data,
+					    .vc = vs->data, .bf16 = true, .ld = ks->cols,
+					    .bs = block_size };
+		const struct cpu_amx_src src = { .id = sp, .end = sp + 1, .stride = 2 };
+
+		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, NULL, q->data, q->cols,
+			keys * n_heads * head_dim);
+		return 0;
 	}
 	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) \

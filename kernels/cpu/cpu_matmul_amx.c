@@ -29,47 +29,19 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX_TARGET \
-	__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
-#define AMX_INLINE static inline __attribute__((always_inline)) AMX_TARGET
-
-/* GCC 12's tile load and store intrinsics are asm statements that do not
- * tell the compiler they touch memory: without this fence around them the
- * stores that fill a buffer may sink past its tile load (or vanish as
- * dead), and the reads of a stored tile may rise above the store. */
-#define TILE_FENCE() __asm__ volatile("" ::: "memory")
-#define TILE_LOAD(t, p, stride) \
-	do { \
-		TILE_FENCE(); \
-		_tile_loadd(t, p, stride); \
-	} while (0)
-#define TILE_STORE(t, p, stride) \
-	do { \
-		TILE_FENCE(); \
-		_tile_stored(t, p, stride); \
-		TILE_FENCE(); \
-	} while (0)
+#include "kernels/cpu/cpu_amx.h"
 
 /* x rows per pass: two B tiles of 16 columns. */
 #define PASS_ROWS 32
-
-/* The tile configuration of palette 1 (64 bytes, as ldtilecfg reads it). */
-struct tilecfg {
-	uint8_t palette, start_row;
-	uint8_t reserved[14];
-	uint16_t colsb[16];
-	uint8_t rows[16];
-};
 
 /* Tiles 0-3: C [16 w rows, 16 x rows] f32; 4, 5: A, w [16 rows, 32 bf16];
  * 6, 7: B, x [16 pairs, 16 rows × 2 bf16]. All 16 rows of 64 bytes. */
 AMX_INLINE void configure(void)
 {
-	struct tilecfg c = { .palette = 1 };
+	struct amx_tilecfg c = { .palette = 1 };
 
 	for (int i = 0; i < 8; i++) {
 		c.colsb[i] = 64;

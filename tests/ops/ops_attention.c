@@ -189,7 +189,7 @@ static void att_check(struct op_run *r, const void *params, const void *input, c
 			const char *how = in_place ? "in place over q" : "out of place";
 
 			if (!c)
-				op_check_rel(r, o, ref, mag, n, p->tol,
+				op_check_rel(r, o, ref, mag, n, fmax(p->tol, w->tol_min),
 					     "max_kv_len %d, %s: against attention in double",
 					     g->bucket[i], how);
 			else if (w->target_kv == KT_BF16)

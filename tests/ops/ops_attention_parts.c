@@ -206,7 +206,8 @@ static void parts_check(struct op_run *r, const void *params, const void *input,
 		double *ref = op_doubles(r, n), *mag = op_doubles(r, n);
 
 		paged_reference(r, w, ref, mag);
-		op_check_rel(r, g->parts, ref, mag, n, p->tol, "parts against attention in double");
+		op_check_rel(r, g->parts, ref, mag, n, fmax(p->tol, w->tol_min),
+			     "parts against attention in double");
 		op_check_bits(r, g->parts, g->whole, n, "parts bitwise as one attention call");
 		return;
 	}

@@ -109,6 +109,7 @@ void paged_build(struct op_run *r, struct paged_world *w, const struct paged_par
 	memset(w, 0, sizeof(*w));
 	w->p = p;
 	w->target_kv = paged_kv_dtype(p, target);
+	w->tol_min = w->target_kv == KT_BF16 && target->be->info.att_p_bf16 ? 5e-3 : 0.0;
 	w->C = p->n_kv * p->D;
 	w->QC = p->n_heads * p->D;
 	w->n_slots = p->n_seqs + 2; /* two rows of -1 that no token uses */

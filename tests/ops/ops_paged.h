@@ -63,6 +63,9 @@ struct paged_tokens {
 struct paged_world {
 	const struct paged_params *p;
 	enum kt_dtype target_kv; /* cache dtype of the backend under test */
+	double tol_min;          /* the least reference tolerance the backend's attention
+				  * can meet: 5e-3 where it rounds the softmax weights to
+				  * bf16 for P·V (|error| <= 2^-8 of Σ softmax · |v|) */
 	int C, QC;               /* cache cols n_kv · D, q cols n_heads · D */
 	int len[PAGED_MAX_SEQS], slot[PAGED_MAX_SEQS];
 	int n_slots, bt_cols, n_blocks;

@@ -15,7 +15,8 @@
  * case's inputs (each case seeds its generator from its name and this);
  * ATLAS_CUDA_DEVICE picks the GPU (default 0); ATLAS_TEST_CPU_PRECISION sets
  * the cpu backend's cpu_precision (bf16: its KV caches are bf16, which the
- * attention cases build their inputs for; meson test ops-cpu-bf16-attention).
+ * attention cases build their inputs for; meson test ops-cpu-bf16-attention);
+ * ATLAS_TEST_CPU_ISA its cpu_isa (ops-cpu-bf16-attention-avx2).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -84,6 +85,7 @@ static void open_backend(const char *kind, struct kt_config *c, struct op_backen
 	*c = limits;
 	c->backend = kind;
 	c->cpu_precision = getenv("ATLAS_TEST_CPU_PRECISION");
+	c->cpu_isa = getenv("ATLAS_TEST_CPU_ISA");
 	if (strcmp(kind, "cuda") == 0) {
 		if (!strstr(kt_backends_built(), "cuda")) {
 			printf("skip: no CUDA device (this build has no CUDA backend)\n");
