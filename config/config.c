@@ -80,14 +80,15 @@ const struct atlas_key atlas_keys[] = {
 	INT("engine", device, 0, 255, "0", "CUDA device index, for the cuda backend."),
 	INT("engine", threads, 0, 4096, "0",
 	    "Worker threads of the cpu backend; 0 uses every online core."),
-	CHOICE("engine", cpu_precision, precision_names, "f32",
-	       "Arithmetic of the cpu backend. f32 widens bf16 and f16 weights to f32 and "
-	       "multiplies exactly in f32: the reference, which the fidelity tests hold to "
-	       "transformers. bf16 keeps bf16 weight matrices as bf16 (half the memory and "
-	       "memory traffic) and, on CPUs with AMX or AVX512-BF16, rounds activations to bf16 "
-	       "in matrix products and multiplies on those units: several times faster, logits "
-	       "within about 0.15 of f32 on the test models, the same tokens where the top two "
-	       "are apart. Either way a token's result does not depend on its batch."),
+	CHOICE("engine", cpu_precision, precision_names, "bf16",
+	       "Arithmetic of the cpu backend. bf16 keeps bf16 weight matrices and the KV cache "
+	       "as bf16 (half the memory and memory traffic) and, on CPUs with AMX or "
+	       "AVX512-BF16, rounds activations (and, with AMX, attention's softmax weights) to "
+	       "bf16 and multiplies on those units: several times faster, logits within about "
+	       "0.2 of f32 on the test models, the same tokens where the top two are apart. f32 "
+	       "widens bf16 and f16 weights to f32 and multiplies exactly in f32: the reference, "
+	       "which the fidelity tests hold to transformers. Either way a token's result does "
+	       "not depend on its batch."),
 	/* 256 is ATLAS_MAX_SLOTS of engine/engine.h; config/ sits below the
 	 * engine and must not include its headers, so the limit is repeated
 	 * here and the engine rejects a larger value on its own as well. */

@@ -134,8 +134,9 @@ static int parse_rope(const struct hf_json *f, struct model_config *cfg, char *e
 		       "partial_rotary_factor", false, 1.0, &partial, err, errlen);
 	if (rc)
 		return rc;
-	cfg->rope_dim = (int)(cfg->head_dim * partial); /* transformers' int(head_dim * factor) */
-	if (!(partial > 0 && partial <= 1) || cfg->rope_dim < 2 || cfg->rope_dim % 2)
+	/* transformers' int(head_dim * factor), once the factor is known to be in (0, 1] */
+	cfg->rope_dim = partial > 0 && partial <= 1 ? (int)(cfg->head_dim * partial) : 0;
+	if (cfg->rope_dim < 2 || cfg->rope_dim % 2)
 		return atlas_errf(err, errlen, -EINVAL,
 				  "%s: key partial_rotary_factor: %g of head_dim %d must give an "
 				  "even number of rotated dims, at least 2", f->path, partial,
