@@ -160,8 +160,10 @@ static void ids_csv(const struct golden *g, char *buf, size_t len)
 		off += (size_t)snprintf(buf + off, len - off, i ? ",%d" : "%d", g->ids[i]);
 }
 
-/* The cpu backend whatever the machine: the tolerances are those of f32 compute. */
-static const char *options = "-o backend=cpu -o log_level=warn -o threads=2 -o kv_memory=64M";
+/* The cpu backend whatever the machine, in f32 (the reference arithmetic):
+ * the tolerances are those of f32 compute. */
+static const char *options =
+	"-o backend=cpu -o cpu_precision=f32 -o log_level=warn -o threads=2 -o kv_memory=64M";
 
 static void test_tokenize(void **state)
 {

@@ -33,8 +33,7 @@ void et_config(struct atlas_config *c, const char *dir)
 	const char *backend = getenv("ATLAS_TEST_BACKEND");
 	const char *precision = getenv("ATLAS_TEST_CPU_PRECISION");
 	atlas_config_defaults(c);
-	if (precision)
-		snprintf(c->cpu_precision, sizeof c->cpu_precision, "%s", precision);
+	snprintf(c->cpu_precision, sizeof c->cpu_precision, "%s", precision ? precision : "f32");
 	snprintf(c->model, sizeof c->model, "%s", dir);
 	snprintf(c->backend, sizeof c->backend, "%s", backend ? backend : "cpu");
 	c->threads = 2;

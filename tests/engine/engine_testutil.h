@@ -15,8 +15,9 @@
  * directory is missing. */
 int et_model_arg(int argc, char **argv, const char **dir);
 /* The defaults with model dir, the backend of ATLAS_TEST_BACKEND (cpu when
- * unset), the cpu_precision of ATLAS_TEST_CPU_PRECISION (when set), two cpu
- * threads, greedy, raw mode: what every engine test opens. */
+ * unset), the cpu_precision of ATLAS_TEST_CPU_PRECISION (f32, the reference
+ * that goldens hold, when unset), two cpu threads, greedy, raw mode: what
+ * every engine test opens. */
 void et_config(struct atlas_config *c, const char *dir);
 
 /* The notify callback to install (atlas_engine_set_notify) before waiting. */
