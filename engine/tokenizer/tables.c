@@ -11,7 +11,9 @@ int tok_arena_put(struct tok_arena *a, const void *p, size_t n, struct tok_span 
 {
 	if (a->len + n > UINT32_MAX)
 		return -E2BIG;
-	if (a->len + n > a->cap) {
+	/* an empty first string allocates too: spans then always point into a
+	 * buffer, and buf + off is never arithmetic on NULL */
+	if (a->len + n > a->cap || !a->buf) {
 		size_t cap = a->cap ? a->cap : 4096;
 		while (cap < a->len + n)
 			cap *= 2;
