@@ -21,6 +21,16 @@ struct comm_socket;
  * more than it saves. */
 #define CPU_PAR_MIN 32768
 
+/* Threads: only the compute ops fork OpenMP teams, and the engine calls them
+ * from the one thread that runs its steps. Copies and conversions, which the
+ * loader and others call from their own threads too, run on the caller's
+ * thread alone. libgomp keeps a pool of workers for every thread that ever
+ * forked a team; once the pools hold more workers than there are CPUs, it
+ * has every worker sleep almost at once between regions instead of
+ * spinning, and each of the hundred-odd regions of a decode step then pays
+ * a futex wake-up (atlas-tiny's decode at batch 1: 535 tokens/s with the
+ * loader's pool alive, 690 without). */
+
 /* Tokens per sampling chunk (see cpu_sample.c): the first chunk of a row
  * without top-k holds CPU_SAMPLE_FIRST, later ones CPU_SAMPLE_CHUNK. */
 #define CPU_SAMPLE_CHUNK 4096

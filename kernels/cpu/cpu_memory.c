@@ -183,7 +183,7 @@ static void convert_to_f32(const struct cpu_backend *cpu, enum kt_dtype src_dtyp
 		memcpy(dst, src, n * sizeof(float));
 		return;
 	}
-#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
+	/* the loader's thread alone (cpu_impl.h, Threads) */
 	for (size_t i = 0; i < n; i++) {
 		uint16_t h;
 		uint32_t bits;

@@ -69,7 +69,7 @@ int cpu_kv_stage(struct kt_backend *be, const struct kt_tensor *dst, const struc
 		if (ids[i] >= 0 ? (size_t)ids[i] >= kt_nbytes(pool) / pool_block_bytes
 				: -1 - (int64_t)ids[i] >= host_slots)
 			return -EINVAL;
-#pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n * bytes > CPU_PAR_MIN)
+	/* the caller's thread alone (cpu_impl.h, Threads) */
 	for (int64_t i = 0; i < n; i++) {
 		const char *from = ids[i] >= 0
 			? (const char *)pool->data + (size_t)ids[i] * pool_block_bytes
