@@ -126,8 +126,8 @@ void ep_welcome_decode(const unsigned char *b, struct ep_welcome *w)
 uint64_t ep_config_fingerprint(const struct atlas_config *c)
 {
 	char text[256];
-	const int n = snprintf(text, sizeof text, "%s %s %d %d %d %d %d %d", c->load_format,
-			       c->backend, c->context, c->kv_block_size, c->max_batch,
-			       c->chunk_size, c->spec_k, c->ep);
+	const int n = snprintf(text, sizeof text, "%s %s %s %d %d %d %d %d %d", c->load_format,
+			       c->backend, c->cpu_precision, c->context, c->kv_block_size,
+			       c->max_batch, c->chunk_size, c->spec_k, c->ep);
 	return XXH3_64bits(text, (size_t)ATLAS_MIN(n, (int)sizeof text - 1));
 }

@@ -78,8 +78,9 @@ void ep_welcome_decode(const unsigned char *buf, struct ep_welcome *w);
 
 struct atlas_config;
 /* A hash of the configuration keys every rank must agree on (the model
- * itself is checked by its identity): the load format, context, KV block size, batch and chunk sizes, spec_k,
- * ep and the backend. */
+ * itself is checked by its identity): the load format, the backend and its
+ * cpu_precision (the ranks' arithmetic), context, KV block size, batch and
+ * chunk sizes, spec_k and ep. */
 uint64_t ep_config_fingerprint(const struct atlas_config *c);
 
 #endif

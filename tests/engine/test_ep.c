@@ -122,10 +122,11 @@ static pid_t start_worker(const struct atlas_config *c, int rank)
 {
 	char opts[6144], r[8];
 	snprintf(opts, sizeof opts,
-		 "model=%s,load_format=%s,backend=%s,device=%d,threads=%d,ep=%d,ep_address=%s,"
-		 "ep_timeout=%g,ep_join_timeout=%g,max_batch=%d,chunk_size=%d,context=%d,"
-		 "kv_block_size=%d,kv_memory=%llu,spec=off,log_level=warn", c->model,
-		 c->load_format, c->backend, rank % gpus, c->threads, c->ep, c->ep_address,
+		 "model=%s,load_format=%s,backend=%s,cpu_precision=%s,device=%d,threads=%d,ep=%d,"
+		 "ep_address=%s,ep_timeout=%g,ep_join_timeout=%g,max_batch=%d,chunk_size=%d,"
+		 "context=%d,kv_block_size=%d,kv_memory=%llu,spec=off,log_level=warn", c->model,
+		 c->load_format, c->backend, c->cpu_precision, rank % gpus, c->threads, c->ep,
+		 c->ep_address,
 		 c->ep_timeout,
 		 c->ep_join_timeout, c->max_batch, c->chunk_size, c->context, c->kv_block_size,
 		 (unsigned long long)c->kv_memory);
@@ -350,22 +351,32 @@ static void fault(int sig)
 static void test_killed(void **state) { fault(SIGKILL); }
 static void test_stopped(void **state) { fault(SIGSTOP); }
 
-/* A worker of another kv_block_size is refused; the head gives up on it
- * after its join timeout and says which rank is missing. */
-static void test_mismatch(void **state)
+/* A worker of another kv_block_size, or another cpu_precision (the ranks'
+ * arithmetic), is refused; the head gives up on it after its join timeout
+ * and says which rank is missing. */
+static void mismatch(void (*spoil)(struct atlas_config *))
 {
 	struct atlas_config c, bad;
 	struct atlas_engine *e;
 	char err[ATLAS_ERRLEN];
 	config(&c, 2, free_port());
 	bad = c;
-	bad.kv_block_size = c.kv_block_size * 2;
+	spoil(&bad);
 	pid_t w = start_worker(&bad, 1);
 	assert_true(atlas_engine_open(&c, &e, err, sizeof err) < 0);
 	if (!strstr(err, "ranks 1 did not join"))
 		fail_msg("the head's error: %s", err);
 	wait_worker(w, 1);
 }
+
+static void double_block_size(struct atlas_config *c) { c->kv_block_size *= 2; }
+static void other_precision(struct atlas_config *c)
+{
+	snprintf(c->cpu_precision, sizeof c->cpu_precision, "%s",
+		 strcmp(c->cpu_precision, "bf16") ? "bf16" : "f32");
+}
+static void test_mismatch(void **state) { mismatch(double_block_size); }
+static void test_mismatch_precision(void **state) { mismatch(other_precision); }
 
 int main(int argc, char **argv)
 {
@@ -389,6 +400,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_killed),
 		cmocka_unit_test(test_stopped),
 		cmocka_unit_test(test_mismatch),
+		cmocka_unit_test(test_mismatch_precision),
 	};
 	/* Another shape: the equality checks (the first four). */
 	const size_t n = argc == 3 ? 4 : sizeof tests / sizeof tests[0];
