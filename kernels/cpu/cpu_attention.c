@@ -427,8 +427,9 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 		const struct cpu_amx_src src = { .id = kv.seq, .end = kv.pos, .stride = 1, .add = 1,
 					     .from = from ? from->data : NULL };
 
-		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, out ? out->data : NULL,
-			q->data, q->cols, keys * n_heads * head_dim);
+		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first,
+				      out ? out->data : NULL, q->data, q->cols,
+				      keys * n_heads * head_dim);
 		return 0;
 	}
 	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
@@ -509,8 +510,8 @@ int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
 					    .bs = block_size };
 		const struct cpu_amx_src src = { .id = sp, .end = sp + 1, .stride = 2 };
 
-		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, NULL, q->data, q->cols,
-			keys * n_heads * head_dim);
+		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, NULL,
+				      q->data, q->cols, keys * n_heads * head_dim);
 		return 0;
 	}
 	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
