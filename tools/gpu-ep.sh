@@ -29,6 +29,8 @@ build=build-gpu
 [ -f .devdeps/activate.sh ] && . .devdeps/activate.sh
 # NVLink multicast stays off (it can take a shared host's GPUs down).
 export NCCL_NVLS_ENABLE=0
+# NCCL's own warnings (a peer gone, an abort) go to the logs.
+export NCCL_DEBUG=WARN
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 gpus=$(nvidia-smi -L | wc -l)
 [ "$gpus" -ge 2 ] || { echo "gpu-ep: needs two or more GPUs, this host has $gpus"; exit 99; }
@@ -74,13 +76,18 @@ bounded() {
 check() {
 	part "test_ep on cuda, $gpus GPUs: the dummy test shape, faults included"
 	export ATLAS_TEST_BACKEND=cuda ATLAS_TEST_GPUS=$gpus
-	bounded 180 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd || failed=$((failed + 1))
+	if ! bounded 150 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd; then
+		failed=$((failed + 1))
+		grep -E '^\[ *(RUN|OK|FAILED|  ERROR) |^ +[0-9.]+ s  ep|on cuda|aborting' "$out/ep-check.log"
+		echo "the models' checks are left out: they would hang the same way"
+		return
+	fi
 	grep -E '^\[ *(PASSED|FAILED|  ERROR|  SKIPPED) |on cuda|epoch .* ended|aborting' "$out/ep-check.log"
 	for m in tests/fidelity/models/qwen3moe_f32_v4 tests/fidelity/models/qwen3moe_bf16_v5 \
 		tests/fidelity/models/qwen3next_f32 tests/fidelity/models/qwen35moe_bf16 \
 		qwen3-next-test; do
 		part "test_ep on cuda: ${m##*/}"
-		bounded 90 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd $m ||
+		bounded 60 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd $m ||
 			failed=$((failed + 1))
 		tail -n 200 "$out/ep-check.log" | grep -E '^\[ *(PASSED|FAILED|  ERROR) |on cuda'
 	done

@@ -115,6 +115,17 @@ static void config(struct atlas_config *c, int ep, int port)
 
 static const char *atlasd;          /* argv[1]: the atlasd that workers run */
 
+/* A line saying how far a case got, so that a hang in a run on the GPUs
+ * (where the fault is NCCL's) shows its phase in the log. */
+static void phase(const char *what, int ep)
+{
+	static uint64_t t0;
+	if (!t0)
+		t0 = atlas_now_ns();
+	printf("  %7.2f s  ep = %d: %s\n", (double)(atlas_now_ns() - t0) * 1e-9, ep, what);
+	fflush(stdout);
+}
+
 /* `atlasd --worker r` with c's keys, a process of its own (exec'd: this
  * process has threads by now). Exits 0 once its head is gone for good,
  * 1 when the head refused it. */
@@ -252,9 +263,12 @@ static void equal_with(int ep, bool spec)
 	}
 	for (int r = 1; r < ep; r++)
 		w[r] = start_worker(&c, r);
+	phase("workers started", ep);
 	struct atlas_engine *e = open_engine(&c);
+	phase("the group is up", ep);
 	struct run got;
 	run_all(e, &got);
+	phase("the turns and the logits are done", ep);
 	snprintf(what, sizeof what, "ep = %d%s", ep, spec ? ", prompt lookup" : "");
 	assert_same_run(&got, &reference, what);
 	struct atlas_engine_stats *st = malloc(sizeof *st);
@@ -270,8 +284,10 @@ static void equal_with(int ep, bool spec)
 	free(st);
 	free(got.logits);
 	atlas_engine_close(e);
+	phase("the head is closed", ep);
 	for (int r = 1; r < ep; r++)
 		wait_worker(w[r], 0);
+	phase("the workers have ended", ep);
 }
 
 static void test_ep2(void **state) { equal_with(2, false); }
@@ -301,8 +317,10 @@ static void fault(int sig)
 	assert_int_equal(et_wait_turn(s, 1, NULL, 0, 8), 0); /* a few tokens came */
 	const uint64_t t0 = atlas_now_ns();
 	kill(w, sig);
+	phase(sig == SIGKILL ? "the worker is killed" : "the worker is stopped", 2);
 	int rc = et_wait_turn(s, 1, NULL, 0, 0);
 	const double took = (double)(atlas_now_ns() - t0) * 1e-9;
+	phase("the running turn has ended", 2);
 	assert_true(rc < 0);
 	assert_true(took < TIMEOUT_S + 3.0);
 	assert_int_equal(atlas_session_status(s, &ss), 0);
@@ -339,6 +357,7 @@ static void fault(int sig)
 			break;
 		usleep(50000);
 	}
+	phase("the worker has rejoined", 2);
 	run_all(e, &got);
 	assert_same_run(&got, &reference, "after the worker came back");
 	assert_true(st->ep.epochs_lost_total >= 1);
