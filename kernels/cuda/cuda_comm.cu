@@ -23,15 +23,18 @@
  * communicator, which ends its kernels, and fails with -ETIMEDOUT (-EPIPE
  * for an error NCCL reported). The communicator is broken from then on:
  * every later allreduce fails at once with the same errno, and the next
- * comm_open (the group's next epoch) replaces it. Graphs recorded with the
- * old communicator's kernels are dropped then.
+ * comm_open (the group's next epoch) replaces it.
  *
  * A communicator ends by ncclCommAbort, never ncclCommDestroy, which waits
  * for every rank to destroy theirs (the head closing while its workers
- * waited to rejoin hung in it; H100 x2, NCCL 2.28). The abort runs on a
- * thread of its own and is waited for at most ABORT_WAIT_MS: a teardown that
- * hangs on a peer is logged and left behind, so no epoch change, failed
- * step or close can hang on it.
+ * waited to rejoin hung in it; H100 x2, NCCL 2.28). The graphs go first:
+ * a graph that launches NCCL kernels holds a reference on the
+ * communicator, and NCCL's teardown waits until every such graph is freed,
+ * so aborting with graphs kept hung every close (H200 x2, NCCL 2.28). A
+ * graph still in flight is freed by CUDA once it completes, which the
+ * abort brings about. The abort runs on a thread of its own and is waited
+ * for at most ABORT_WAIT_MS: a teardown that hangs on a peer is logged and
+ * left behind, so no epoch change, failed step or close can hang on it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -98,8 +101,9 @@ static void *abort_main(void *arg)
 	return NULL;
 }
 
-/* Abort cu's communicator, waiting at most ABORT_WAIT_MS; cu->nccl is NULL
- * after it either way. */
+/* Abort cu's communicator, waiting at most ABORT_WAIT_MS, after dropping
+ * the graphs (those that launch its kernels keep it alive); cu->nccl is
+ * NULL after it either way. */
 static void end_comm(struct cuda_backend *cu)
 {
 	struct abort_job *j;
@@ -110,6 +114,7 @@ static void end_comm(struct cuda_backend *cu)
 
 	if (!cu->nccl)
 		return;
+	cuda_graphs_free(cu);
 	j = (struct abort_job *)calloc(1, sizeof *j);
 	if (!j) {
 		ncclCommAbort(cu->nccl);
@@ -223,7 +228,6 @@ int cuda_comm_open(struct kt_backend *be, const struct kt_comm_spec *spec, char 
 	/* The group's next epoch: the old communicator goes (a lost rank may
 	 * have left it hung), and with it the graphs that launch its kernels. */
 	end_comm(cu);
-	cuda_graphs_free(cu);
 	memcpy(&uid, spec->id, sizeof uid);
 	r = ncclCommInitRank(&comm, spec->n_ranks, uid, spec->rank);
 	if (r != ncclSuccess)
