@@ -61,7 +61,7 @@ static int gpus = 1;                /* ATLAS_TEST_GPUS */
  * experts share its launch. */
 #define CUDA_LOGIT_TOL 1e-3f
 #define N_SESSIONS 4
-#define NEW_TOKENS 12
+#define NEW_TOKENS 32
 #define TIMEOUT_S 3.0               /* ep_timeout of the fault tests */
 
 static const int prompt_len[N_SESSIONS] = { 40, 3, 75, 1 };
@@ -187,8 +187,12 @@ static void run_all(struct atlas_engine *e, struct run *out)
 		s[i] = session(e, name, NEW_TOKENS);
 	}
 	for (int i = 0; i < N_SESSIONS; i++) {
+		/* The second half repeats the first, so that prompt lookup has
+		 * matches to draft from whatever the model answers. */
 		int32_t ids[128];
-		et_prompt_ids(ids, prompt_len[i], 500u + (uint32_t)i, vocab);
+		const int half = (prompt_len[i] + 1) / 2;
+		et_prompt_ids(ids, half, 500u + (uint32_t)i, vocab);
+		memcpy(ids + half, ids, sizeof *ids * (size_t)(prompt_len[i] - half));
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
 							     sizeof err), 1);
 	}
