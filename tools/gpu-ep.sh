@@ -6,16 +6,17 @@
 #
 #   run: sh tools/gpu-ep.sh [check] [bench] [big]     carry: .devdeps
 #
-# check  tests/engine/test_ep on cuda: ep = 2 (3 with 3 GPUs) bitwise the
-#        tokens of ep = 1, four sessions at once, prompt lookup across the
+# check  tests/engine/test_ep on cuda: ep = 2 (3 and 4 with as many GPUs)
+#        bitwise the tokens of ep = 1, four sessions at once, prompt lookup across the
 #        ranks; on the dummy test shape, then a worker killed and a worker
 #        stopped mid-turn (the head fails the running turns within
 #        ep_timeout, stays up and resumes when the worker is back) and a
 #        worker refused; then the equality checks on the transformers test
-#        models with experts and on the hybrid test shape.
+#        models with experts and on the hybrid test shape (EP_MODELS, a
+#        list of shapes or model directories, names others).
 # bench  atlas bench on the qwen3-30b-a3b dummy shape, decode at batch 1, 8,
-#        32 and 64 with ep = 1 and ep = 2, with the collectives' time per
-#        step (ep-30b-a3b-N.csv).
+#        32 and 64 with ep = 1 and ep = 2 (and 4 with 4 GPUs), with the
+#        collectives' time per step (ep-30b-a3b-N.csv).
 # big    Qwen3-235B-A22B's layer shape in a number of layers that does not
 #        fit one GPU (20 on 80 GB cards, 32 on larger ones) runs with
 #        ep = 2 (ep-235b.csv).
@@ -83,9 +84,9 @@ check() {
 		return
 	fi
 	grep -E '^\[ *(PASSED|FAILED|  ERROR|  SKIPPED) |on cuda|epoch .* ended|aborting' "$out/ep-check.log"
-	for m in tests/fidelity/models/qwen3moe_f32_v4 tests/fidelity/models/qwen3moe_bf16_v5 \
-		tests/fidelity/models/qwen3next_f32 tests/fidelity/models/qwen35moe_bf16 \
-		qwen3-next-test; do
+	for m in ${EP_MODELS:-tests/fidelity/models/qwen3moe_f32_v4 \
+		tests/fidelity/models/qwen3moe_bf16_v5 tests/fidelity/models/qwen3next_f32 \
+		tests/fidelity/models/qwen35moe_bf16 qwen3-next-test}; do
 		part "test_ep on cuda: ${m##*/}"
 		bounded 60 "$out/ep-check.log" $build/tests/engine/test_ep $atlasd $m ||
 			failed=$((failed + 1))
@@ -118,7 +119,9 @@ bench() {
 if echo " $* " | grep -q " check "; then check; fi
 
 if echo " $* " | grep -q " bench "; then
-	for ep in 1 2; do
+	eps="1 2"
+	[ "$gpus" -ge 4 ] && eps="1 2 4"
+	for ep in $eps; do
 		part "bench qwen3-30b-a3b, ep = $ep"
 		bench 30b-a3b $ep ep-30b-a3b-$ep.csv --dummy-weights --shape 30b-a3b \
 			--batch 1,8,32,64 --prompt-tokens 2048 --context 0 --gen-tokens 128

@@ -1,7 +1,7 @@
 /* Expert parallelism on the cpu backend (DESIGN §10), with worker processes
  * on loopback addresses:
  *
- *  - tokens and logits with ep = 2 and 3 are bitwise those of ep = 1, four
+ *  - tokens and logits with ep = 2, 3 and 4 are bitwise those of ep = 1, four
  *    sessions at once (batched decode, prompts of several chunks), and with
  *    ep = 2 and prompt-lookup drafts verified across the ranks;
  *  - a worker killed mid-turn: the running turns fail within ep_timeout
@@ -22,9 +22,9 @@
  *
  * With ATLAS_TEST_BACKEND=cuda the ranks run on the cuda backend and meet
  * through NCCL, rank r on device r % ATLAS_TEST_GPUS (default 1; NCCL
- * takes one rank per device, so ep = 3 runs only with 3 GPUs), and the
- * faults are the NCCL ones: a killed or stopped worker leaves the head's
- * collective waiting until ep_timeout aborts it. The tokens must be those
+ * takes one rank per device, so ep = 3 runs only with 3 GPUs and ep = 4
+ * with 4), and the faults are the NCCL ones: a killed or stopped worker
+ * leaves the head's collective waiting until ep_timeout aborts it. The tokens must be those
  * of ep = 1 there too; the logits are checked bitwise on the cpu, and on
  * cuda their largest difference is printed and held to CUDA_LOGIT_TOL.
  *
@@ -258,7 +258,7 @@ static void test_reference(void **state)
 static void equal_with(int ep, bool spec)
 {
 	struct atlas_config c;
-	pid_t w[4];
+	pid_t w[8];
 	char what[48];
 	config(&c, ep, free_port());
 	if (spec) {
@@ -295,14 +295,18 @@ static void equal_with(int ep, bool spec)
 }
 
 static void test_ep2(void **state) { equal_with(2, false); }
-static void test_ep3(void **state)
+/* ep ranks when the GPUs allow it: NCCL takes one rank per device. */
+static void equal_with_ranks(int ep)
 {
-	if (on_cuda && gpus < 3) {
-		printf("ep = 3 on cuda needs 3 GPUs (ATLAS_TEST_GPUS = %d): skipped\n", gpus);
+	if (on_cuda && gpus < ep) {
+		printf("ep = %d on cuda needs %d GPUs (ATLAS_TEST_GPUS = %d): skipped\n", ep, ep,
+		       gpus);
 		skip();
 	}
-	equal_with(3, false);
+	equal_with(ep, false);
 }
+static void test_ep3(void **state) { equal_with_ranks(3); }
+static void test_ep4(void **state) { equal_with_ranks(4); }
 static void test_ep2_spec(void **state) { equal_with(2, true); }
 
 /* A turn long enough to be running when the worker is hit. */
@@ -419,13 +423,14 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_reference),
 		cmocka_unit_test(test_ep2),
 		cmocka_unit_test(test_ep3),
+		cmocka_unit_test(test_ep4),
 		cmocka_unit_test(test_ep2_spec),
 		cmocka_unit_test(test_killed),
 		cmocka_unit_test(test_stopped),
 		cmocka_unit_test(test_mismatch),
 		cmocka_unit_test(test_mismatch_precision),
 	};
-	/* Another shape: the equality checks (the first four). */
-	const size_t n = argc == 3 ? 4 : sizeof tests / sizeof tests[0];
+	/* Another shape: the equality checks (the first five). */
+	const size_t n = argc == 3 ? 5 : sizeof tests / sizeof tests[0];
 	return _cmocka_run_group_tests("test_ep", tests, n, NULL, NULL);
 }
