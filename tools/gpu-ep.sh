@@ -7,8 +7,8 @@
 #   run: sh tools/gpu-ep.sh [check] [bench] [big]     carry: .devdeps
 #
 # check  tests/engine/test_ep on cuda: ep = 2 (3 and 4 with as many GPUs)
-#        bitwise the tokens of ep = 1, four sessions at once, prompt lookup across the
-#        ranks; on the dummy test shape, then a worker killed and a worker
+#        bitwise the tokens of ep = 1, four sessions at once, prompt
+#        lookup across the ranks; on the dummy test shape, then a worker killed and a worker
 #        stopped mid-turn (the head fails the running turns within
 #        ep_timeout, stays up and resumes when the worker is back) and a
 #        worker refused; then the equality checks on the transformers test
