@@ -13,7 +13,13 @@
 #                                            exports, builds the recall
 #                                            prompts, checks with
 #                                            transformers and writes the
-#                                            goldens
+#                                            goldens; with SESSION_S, a
+#                                            call trains that long and
+#                                            stops with a checkpoint until
+#                                            the budget is spent, so that
+#                                            back-to-back calls on one warm
+#                                            machine make one run with one
+#                                            learning-rate schedule
 #   run: sh tools/train/gpu-train.sh check   the check and the goldens
 #                                            alone, of models/atlas-next
 #
@@ -41,9 +47,13 @@ smoke)
 all)
 	python3 tools/train/train.py --data .train-data --work "$work" \
 		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac "$long_frac" \
+		${SESSION_S:+--session-s "$SESSION_S"} \
 		$compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
 		{ tail -n 40 "$out/train.log"; exit 1; }
 	tail -n 3 "$out/train.log"
+	# Paused with a checkpoint in WORK: the next call (same budget, on the
+	# still-warm machine) goes on with the same schedule.
+	grep -q '^paused at step' "$out/train.log" && exit 0
 	tar cf - -C "$work" atlas-next train-log.json | split -b 15m - "$out/model.tar.part-"
 	python3 tools/train/eval_recall.py make --model "$work/atlas-next" --data .train-data \
 		--trials 20 --out "$out/prompts.jsonl.xz"
