@@ -6,7 +6,10 @@
 #   run: sh tools/gpu-bench.sh [SHAPE...]      carry: .devdeps
 #
 # SHAPE is an --arch/--shape pair as arch-shape (default: qwen3-0.6b
-# qwen3-8b). Each shape prints its table and writes bench-SHAPE.csv to $OUT.
+# qwen3-8b). Each shape prints its table and writes bench-SHAPE.csv to $OUT;
+# a dense Qwen3 shape then has its peer measured the same way
+# (tools/peer/bench-transformers.py, peer-SHAPE.csv; PEER=0 leaves it out).
+# tools/plot-bench.py draws the two and the bound from the CSVs.
 # SHAPE `spec` makes the speculative decoding tables instead: verify steps
 # of 1..8 drafts beside a decode step for the qwen3-8b and qwen3-0.6b
 # shapes at batch 1 and 32 (verify-SHAPE.csv), the qwen3-0.6b shape as the
@@ -88,5 +91,15 @@ for s in "$@"; do
 	$build/tools/atlas bench --dummy-weights --arch "${s%%-*}" --shape "${s#*-}" \
 		-o chunk_size=2048 -o log_level=warn --csv-out "$out/bench-$s.csv" ||
 		failed=$((failed + 1))
+	# The peer in the same call: transformers on the dense Qwen3 shapes.
+	case $s in
+	qwen3-0.6b | qwen3-1.7b | qwen3-4b | qwen3-8b)
+		[ "${PEER:-1}" = 0 ] && continue
+		echo
+		echo "== the peer: transformers, $s"
+		python3 tools/peer/bench-transformers.py --shape "${s#*-}" \
+			--csv-out "$out/peer-$s.csv" || failed=$((failed + 1))
+		;;
+	esac
 done
 exit $failed
