@@ -127,6 +127,11 @@ def main():
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = True
+    # Every batch, cache length and prompt length is a graph of its own;
+    # past dynamo's default of 8 per function it would run eagerly.
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
     model = build(args.shape, args.attn)
     compiled = torch.compile(model, dynamic=False)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
