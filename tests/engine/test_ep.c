@@ -24,9 +24,10 @@
  * through NCCL, rank r on device r % ATLAS_TEST_GPUS (default 1; NCCL
  * takes one rank per device, so ep = 3 runs only with 3 GPUs and ep = 4
  * with 4), and the faults are the NCCL ones: a killed or stopped worker
- * leaves the head's collective waiting until ep_timeout aborts it. The tokens must be those
- * of ep = 1 there too; the logits are checked bitwise on the cpu, and on
- * cuda their largest difference is printed and held to CUDA_LOGIT_TOL.
+ * leaves the head's collective waiting until ep_timeout aborts it. The
+ * tokens must be those of ep = 1 there too; the logits are checked bitwise
+ * on the cpu, and on cuda their largest difference is printed and held to
+ * CUDA_LOGIT_TOL.
  *
  * Usage: test_ep ATLASD [SHAPE | MODEL_DIR]
  */
