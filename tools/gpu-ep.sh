@@ -110,7 +110,7 @@ bench() {
 		r=$((r + 1))
 	done
 	# atlas takes one key a -o.
-	# Loading a rank's dummy weights takes about a second for each 1.3 GB.
+	# A rank of 80 GB of dummy weights took over 60 s to load (H200).
 	timeout 480 $atlas bench $(echo "$keys,device=0" | sed 's/^/-o /; s/,/ -o /g') \
 		--csv-out "$out/$csv" "$@" || failed=$((failed + 1))
 	[ -z "$pids" ] || { kill $pids; wait; } 2>/dev/null
