@@ -88,25 +88,31 @@ static int dummy_values(struct model *m, size_t n)
 	return 0;
 }
 
-/* A dummy model's tensor: norm weights 1, biases 0, matrices random. */
+/* A dummy model's tensor: norm weights 1, biases 0, matrices random. A
+ * vector is filled in a buffer of its own: the random values stay made
+ * for the next matrix (making them again after every norm took a minute
+ * for the 235B layer shape's 80 GB). */
 static int bind_dummy(struct model *m, struct kt_tensor *dst, const char *name, int64_t rows,
 		      int64_t cols, char *err, size_t errlen)
 {
 	const bool is_vector = rows == 0;
 	const size_t n = (size_t)(is_vector ? 1 : rows) * (size_t)cols;
-	int rc = dummy_values(m, n);
+	uint16_t *vector = NULL;
+	int rc = is_vector ? 0 : dummy_values(m, n);
 
+	if (is_vector && !(vector = malloc(n * sizeof *vector)))
+		rc = -ENOMEM;
 	if (rc)
 		return atlas_errf(err, errlen, rc, "dummy %s [%lld, %lld]: out of host memory", name,
 				  (long long)rows, (long long)cols);
 	if (is_vector) {
 		uint16_t fill = strstr(name, "norm") ? BF16_ONE : 0;
 		for (size_t i = 0; i < n; i++)
-			m->dummy[i] = fill;
+			vector[i] = fill;
 	}
-	rc = kt_weight(m->be, KT_BF16, m->dummy, is_vector ? 1 : rows, cols, false, dst);
-	if (is_vector)
-		m->dummy_n = 0; /* the values were overwritten */
+	rc = kt_weight(m->be, KT_BF16, is_vector ? vector : m->dummy, is_vector ? 1 : rows, cols,
+		       false, dst);
+	free(vector);
 	if (rc)
 		return atlas_errf(err, errlen, rc, "dummy %s [%lld, %lld]: backend: %s", name,
 				  (long long)rows, (long long)cols, strerror(-rc));
