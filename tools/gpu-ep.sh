@@ -110,7 +110,8 @@ bench() {
 		r=$((r + 1))
 	done
 	# atlas takes one key a -o.
-	# A rank of 80 GB of dummy weights took over 60 s to load (H200).
+	# A rank of 80 GB of dummy weights took over 60 s to load (H200, 2026-11-26,
+	# while dummy values were remade after every norm).
 	timeout 480 $atlas bench $(echo "$keys,device=0" | sed 's/^/-o /; s/,/ -o /g') \
 		--csv-out "$out/$csv" "$@" || failed=$((failed + 1))
 	[ -z "$pids" ] || { kill $pids; wait; } 2>/dev/null
