@@ -115,11 +115,15 @@ case_bench() {
 	grep -qE '^prefill +1 +64 +64 ' "$tmp/out" || fail "bench: no prefill row"
 	grep -qE '^prefill +1 +9000 +skipped: longer than the context' "$tmp/out" ||
 		fail "bench: a prompt over the context is not skipped"
-	grep -qE '^decode +3 +32 +15 .*%$' "$tmp/out" || fail "bench: no decode row of batch 3"
+	# A decode row counts the tokens made after every session has its first
+	# one, as the bench saw them: at most batch * (gen_tokens - 1), fewer when
+	# a slow machine (sanitizers) looks after a later step.
+	awk '$1 == "decode" && $2 == 3 && $3 == 32 && $4 >= 1 && $4 <= 15 && /%$/ { ok = 1 }
+		END { exit !ok }' "$tmp/out" || fail "bench: no decode row of batch 3: $(cat "$tmp/out")"
 	grep -qE '^decode +200 +200 +skipped: its KV does not fit' "$tmp/out" ||
 		fail "bench: a batch over the KV pool is not skipped"
 	[ "$(wc -l <"$tmp/bench.csv")" = 7 ] || fail "bench: CSV has not 7 lines: $(cat "$tmp/bench.csv")"
-	grep -qE '^decode,1,200,5,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+$' "$tmp/bench.csv" ||
+	grep -qE '^decode,1,200,[1-5],[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+$' "$tmp/bench.csv" ||
 		fail "bench: no long-context decode CSV row: $(cat "$tmp/bench.csv")"
 	# The swap tier: a session pushed out to the host tier and resumed.
 	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \
