@@ -19,7 +19,9 @@
 #                                            the budget is spent, so that
 #                                            back-to-back calls on one warm
 #                                            machine make one run with one
-#                                            learning-rate schedule
+#                                            learning-rate schedule; SHAPE
+#                                            (train.py --shape) changes the
+#                                            model's Config fields
 #   run: sh tools/train/gpu-train.sh check   the check and the goldens
 #                                            alone, of models/atlas-next
 #
@@ -42,12 +44,13 @@ case $phase in
 smoke)
 	python3 tools/train/train.py --data .train-data --work "$work/smoke" \
 		--model-out "$work/smoke/model" --arch next --short-len 8192 --long-len 8192 \
+		${SHAPE:+--shape "$SHAPE"} \
 		--max-steps 2 --val-rows 2 --workers 2 2>&1 | tee "$out/smoke.log"
 	;;
 all)
 	python3 tools/train/train.py --data .train-data --work "$work" \
 		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac "$long_frac" \
-		${SESSION_S:+--session-s "$SESSION_S"} \
+		${SESSION_S:+--session-s "$SESSION_S"} ${SHAPE:+--shape "$SHAPE"} \
 		$compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
 		{ tail -n 40 "$out/train.log"; exit 1; }
 	tail -n 3 "$out/train.log"

@@ -22,6 +22,7 @@ routers' load-balancing loss (weight --aux-weight).
 --toy runs a tiny configuration on the CPU (torch 1.13 works) for tests.
 """
 import argparse
+import dataclasses
 import json
 import lzma
 import math
@@ -156,22 +157,42 @@ def build_tokenizer(args, train_docs):
     return tk, path
 
 
+def parse_shape(arg, cls):
+    """--shape "hidden_size=448,num_experts=4": Config fields over the defaults,
+    each parsed as its default's type."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out = {}
+    for item in filter(None, (arg or "").split(",")):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in fields:
+            sys.exit(f"--shape: '{item}' is not FIELD=VALUE of {cls.__module__}.Config "
+                     f"(fields: {', '.join(fields)})")
+        try:
+            out[key] = type(fields[key].default)(value.strip())
+        except ValueError:
+            sys.exit(f"--shape: {key}={value}: not a {type(fields[key].default).__name__}")
+    return out
+
+
 def make_config(args, vocab):
-    if args.arch == "next":
-        if args.toy:
-            return qwen3_next.Config(vocab_size=vocab, hidden_size=64, num_hidden_layers=4,
-                                     full_attention_interval=2, num_attention_heads=4,
-                                     head_dim=16, linear_key_head_dim=16,
-                                     linear_value_head_dim=16, num_experts=4,
-                                     moe_intermediate_size=16,
-                                     shared_expert_intermediate_size=32,
-                                     max_position_embeddings=args.long_len)
-        return qwen3_next.Config(vocab_size=vocab, max_position_embeddings=args.max_positions)
-    if args.toy:
-        return qwen3.Config(vocab_size=vocab, hidden_size=64, intermediate_size=128,
-                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                            head_dim=16, max_position_embeddings=args.long_len)
-    return qwen3.Config(vocab_size=vocab, max_position_embeddings=args.long_len)
+    """The model's Config: the defaults of --arch (or --toy's small one), then
+    --shape's fields."""
+    next_arch = args.arch == "next"
+    cls = qwen3_next.Config if next_arch else qwen3.Config
+    kw = {"vocab_size": vocab,
+          "max_position_embeddings": args.max_positions if next_arch and not args.toy
+          else args.long_len}
+    if args.toy and next_arch:
+        kw.update(hidden_size=64, num_hidden_layers=4, full_attention_interval=2,
+                  num_attention_heads=4, head_dim=16, linear_key_head_dim=16,
+                  linear_value_head_dim=16, num_experts=4, moe_intermediate_size=16,
+                  shared_expert_intermediate_size=32)
+    elif args.toy:
+        kw.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    kw.update(parse_shape(args.shape, cls))
+    return cls(**kw)
 
 
 def save_ckpt(path, model, opt, state):
@@ -210,6 +231,12 @@ def main():
     ap.add_argument("--val-rows", type=int, default=160)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--toy", action="store_true")
+    ap.add_argument("--shape", default="",
+                    help="FIELD=VALUE,... over the Config defaults of --arch "
+                         "(qwen3_next.py, qwen3.py)")
+    ap.add_argument("--max-mb", type=float, default=40,
+                    help="refuse a shape whose bf16 weights pass this many MB "
+                         "(the model's limit on disk; 0: no limit)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     t_setup = time.time()
@@ -234,6 +261,10 @@ def main():
     cfg = make_config(args, tk.get_vocab_size(with_added_tokens=True))
     next_arch = args.arch == "next"
     model = (qwen3_next.Qwen3Next if next_arch else qwen3.Qwen3)(cfg).to(device)
+    weights_mb = 2 * model.num_params() / 1e6
+    if args.max_mb and weights_mb > args.max_mb:
+        sys.exit(f"model: {model.num_params() / 1e6:.2f} M parameters, {weights_mb:.1f} MB "
+                 f"in bf16, over --max-mb {args.max_mb:g}: {cfg}")
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt_kw = {"fused": True} if device == "cuda" else {}
@@ -244,6 +275,10 @@ def main():
     state = {"step": 0, "elapsed": 0.0, "tokens": 0, "log": [], "args": vars(args)}
     if os.path.exists(ckpt):
         saved = torch.load(ckpt, map_location=device)
+        was = saved["state"]["args"].get("shape", "")
+        if was != args.shape:
+            sys.exit(f"{ckpt}: a run of --shape '{was}', not '{args.shape}'; "
+                     "resume it with its shape or give another --work")
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
