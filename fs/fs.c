@@ -6,11 +6,14 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 
@@ -142,10 +145,57 @@ void atlas_fs_stop(struct atlas_fs *fs)
 	}
 }
 
+/* Serve the requests of a mount that is gone from the tree (an outside or
+ * lazy unmount) until the kernel ends its connection, or ms pass; whether it
+ * ended. The kernel keeps the connection while files of the detached mount
+ * are open, and closing one sends a FLUSH that waits for this process: the
+ * readers that atlas_fs_stop answered close their files through here. The
+ * sessions are closed by then, so a request finds them ended. */
+static bool serve_until_ended(struct atlas_fs *fs, int ms)
+{
+	struct fuse_buf buf = { .mem = NULL };
+	const double end = atlas_now_s() + ms / 1e3;
+	bool ended = false;
+	fuse_session_reset(fs->se);
+	for (double left; !ended && (left = end - atlas_now_s()) > 0;) {
+		struct pollfd p = { .fd = fuse_session_fd(fs->se), .events = POLLIN };
+		int n = poll(&p, 1, (int)(left * 1e3) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (p.revents & (POLLERR | POLLNVAL)) {
+			ended = p.revents & POLLERR;
+			break;
+		}
+		int rc = fuse_session_receive_buf(fs->se, &buf);
+		if (rc == -ENODEV)
+			ended = true;
+		else if (rc > 0)
+			fuse_session_process_buf(fs->se, &buf);
+		else if (rc != -EINTR && rc != -EAGAIN)
+			break;
+	}
+	free(buf.mem);
+	return ended;
+}
+
+/* A mount that is gone already is not unmounted again: the path may hold
+ * someone else's mount by now. libfuse frees its copy of the path only in
+ * fuse_session_unmount, which unmounts unless the kernel has ended the
+ * connection: serve the detached mount until it ends, then let libfuse see
+ * that. A file held open past the wait keeps the connection, and the path's
+ * copy stays until the process exits. */
 void atlas_fs_unmount(struct atlas_fs *fs)
 {
-	if (fs->mounted)
+	if (fs->mounted) {
 		fuse_session_unmount(fs->se);
+	} else if (fs->se && fuse_session_fd(fs->se) >= 0) {
+		bool ended = serve_until_ended(fs, FS_DETACHED_END_WAIT_MS);
+		atlas_fs_stop(fs);   /* a session that a request made meanwhile */
+		if (ended)
+			fuse_session_unmount(fs->se);
+	}
 	fs->mounted = false;
 }
 

@@ -51,6 +51,9 @@ int atlas_fs_loop(struct atlas_fs *fs, const struct fuse_cmdline_opts *opts);
  * close every engine session, so that the engine can be closed. */
 void atlas_fs_stop(struct atlas_fs *fs);
 
+/* After atlas_fs_stop: unmount. A mount that an outside or lazy unmount
+ * removed is served a while longer instead (the close of its open files
+ * waits for this process) and is not unmounted again. */
 void atlas_fs_unmount(struct atlas_fs *fs);
 
 /* Free everything; the engine must be closed (it calls back into fs). */

@@ -57,6 +57,9 @@ enum fs_sfile { SF_DIR, SF_IN, SF_OUT, SF_CTL, SF_HISTORY, SF_STATUS, SF_END };
 
 #define FS_WAKE_KEYS 64          /* distinct sessions remembered between waker passes */
 #define FS_READ_CHUNK 65536      /* bytes of out one read copies at most */
+/* How long atlas_fs_unmount serves a mount that an outside or lazy unmount
+ * removed, waiting for the kernel to end its connection (fs.c says why). */
+#define FS_DETACHED_END_WAIT_MS 2000
 
 struct fs_session;
 
