@@ -234,9 +234,10 @@ def main():
     ap.add_argument("--shape", default="",
                     help="FIELD=VALUE,... over the Config defaults of --arch "
                          "(qwen3_next.py, qwen3.py)")
-    ap.add_argument("--max-mb", type=float, default=40,
+    ap.add_argument("--max-mb", type=float, default=None,
                     help="refuse a shape whose bf16 weights pass this many MB "
-                         "(the model's limit on disk; 0: no limit)")
+                         "(default: 40, the default model's limit on disk, for "
+                         "--arch next; none for --arch qwen3, atlas-tiny's 55 MB)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     t_setup = time.time()
@@ -262,9 +263,10 @@ def main():
     next_arch = args.arch == "next"
     model = (qwen3_next.Qwen3Next if next_arch else qwen3.Qwen3)(cfg).to(device)
     weights_mb = 2 * model.num_params() / 1e6
-    if args.max_mb and weights_mb > args.max_mb:
+    max_mb = args.max_mb if args.max_mb is not None else (40 if next_arch else 0)
+    if max_mb and weights_mb > max_mb:
         sys.exit(f"model: {model.num_params() / 1e6:.2f} M parameters, {weights_mb:.1f} MB "
-                 f"in bf16, over --max-mb {args.max_mb:g}: {cfg}")
+                 f"in bf16, over --max-mb {max_mb:g}: {cfg}")
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt_kw = {"fused": True} if device == "cuda" else {}
