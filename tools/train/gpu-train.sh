@@ -21,7 +21,11 @@
 #                                            machine make one run with one
 #                                            learning-rate schedule; SHAPE
 #                                            (train.py --shape) changes the
-#                                            model's Config fields
+#                                            model's Config fields; INIT=DIR
+#                                            starts from an exported model
+#                                            (continued training, with LR,
+#                                            MIN_LR_FRAC and WARMUP for its
+#                                            new schedule)
 #   run: sh tools/train/gpu-train.sh check   the check and the goldens
 #                                            alone, of models/atlas-next
 #
@@ -50,8 +54,9 @@ smoke)
 all)
 	python3 tools/train/train.py --data .train-data --work "$work" \
 		--model-out "$work/atlas-next" --arch next --budget-s "$budget_s" --long-frac "$long_frac" \
-		${SESSION_S:+--session-s "$SESSION_S"} ${SHAPE:+--shape "$SHAPE"} \
-		$compile --workers 12 --lr 2e-3 --warmup-steps 60 >"$out/train.log" 2>&1 ||
+		${SESSION_S:+--session-s "$SESSION_S"} ${SHAPE:+--shape "$SHAPE"} ${INIT:+--init "$INIT"} \
+		$compile --workers 12 --lr "${LR:-2e-3}" --min-lr-frac "${MIN_LR_FRAC:-0.05}" \
+		--warmup-steps "${WARMUP:-60}" >"$out/train.log" 2>&1 ||
 		{ tail -n 40 "$out/train.log"; exit 1; }
 	tail -n 3 "$out/train.log"
 	# Paused with a checkpoint in WORK: the next call (same budget, on the

@@ -195,6 +195,21 @@ def make_config(args, vocab):
     return cls(**kw)
 
 
+def load_export(model, path, next_arch):
+    """Loads the weights of an exported model directory into model (its bf16
+    values become the float32 master weights). A shape that differs from
+    the export's fails in load_state_dict, naming the tensor."""
+    from safetensors.torch import load_file
+    state = {}
+    for fn in sorted(os.listdir(path)):
+        if fn.endswith(".safetensors"):
+            state.update(load_file(os.path.join(path, fn)))
+    if next_arch:
+        model.load_state_dict_hf(state)
+    else:
+        model.load_state_dict({k: v.float() for k, v in state.items()})
+
+
 def save_ckpt(path, model, opt, state):
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, tmp)
@@ -238,6 +253,10 @@ def main():
                     help="refuse a shape whose bf16 weights pass this many MB "
                          "(default: 40, the default model's limit on disk, for "
                          "--arch next; none for --arch qwen3, atlas-tiny's 55 MB)")
+    ap.add_argument("--init", default="",
+                    help="start from the weights of a model directory export.py "
+                         "wrote (same --arch and --shape), with a fresh optimiser "
+                         "and this run's schedule: continued training")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     t_setup = time.time()
@@ -285,6 +304,9 @@ def main():
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
         print(f"resumed at step {state['step']}, {state['elapsed']:.0f} s", flush=True)
+    elif args.init:
+        load_export(model, args.init, next_arch)
+        print(f"initialised from {args.init}", flush=True)
     print(f"model: {model.num_params() / 1e6:.2f} M parameters, {cfg}", flush=True)
     eager_fn = model.losses if next_arch else model
     step_fn = torch.compile(eager_fn) if args.compile else eager_fn
