@@ -140,7 +140,16 @@ def main():
           f"{args.attn}, static cache, torch.compile)", flush=True)
     print(f"{'test':8} {'batch':>6} {'context':>8} {'tokens':>8} {'seconds':>9} "
           f"{'tokens/s':>11}", flush=True)
-    rows, failed = [], 0
+    # Each row goes to the CSV as soon as it is measured, so that a call
+    # cut off by its time limit keeps the rows it made.
+    cols = ["test", "batch", "context", "tokens", "seconds", "tokens_per_s",
+            "bytes_per_token", "bound_tokens_per_s", "percent_of_bound"]
+    csv_file = open(args.csv_out, "w", newline="") if args.csv_out else None
+    writer = csv.DictWriter(csv_file, fieldnames=cols) if csv_file else None
+    if writer:
+        writer.writeheader()
+        csv_file.flush()
+    failed = 0
     jobs = [("prefill", n) for n in args.prompt_tokens] + [("decode", b) for b in args.batch]
     for kind, n in jobs:
         try:
@@ -153,17 +162,14 @@ def main():
             failed += 1
             torch.cuda.empty_cache()
             continue
-        rows.append(r)
         print(f"{r['test']:8} {r['batch']:>6} {r['context']:>8} {r['tokens']:>8} "
               f"{r['seconds']:>9.3f} {r['tokens_per_s']:>11.1f}", flush=True)
-    if args.csv_out:
-        cols = ["test", "batch", "context", "tokens", "seconds", "tokens_per_s",
-                "bytes_per_token", "bound_tokens_per_s", "percent_of_bound"]
-        with open(args.csv_out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in r.items()})
+        if writer:
+            writer.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v)
+                             for k, v in r.items()})
+            csv_file.flush()
+    if csv_file:
+        csv_file.close()
     return failed
 
 
