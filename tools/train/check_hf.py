@@ -42,6 +42,7 @@ import os  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export as exportmod  # noqa: E402
 import qwen3  # noqa: E402
 import qwen3_next  # noqa: E402
 import tok as tokmod  # noqa: E402
@@ -59,27 +60,20 @@ MTP_DRAFTS = 4
 
 
 def load_ours(path):
-    from safetensors.torch import load_file
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
-    state = {}
-    for fn in sorted(os.listdir(path)):
-        if fn.endswith(".safetensors"):
-            state.update(load_file(os.path.join(path, fn)))
     if c["model_type"] == "qwen3_next":
         model = qwen3_next.Qwen3Next(qwen3_next.Config.from_hf(c))
-        model.load_state_dict_hf(state)
-        return model.eval()
-    cfg = qwen3.Config(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
-                       intermediate_size=c["intermediate_size"],
-                       num_hidden_layers=c["num_hidden_layers"],
-                       num_attention_heads=c["num_attention_heads"],
-                       num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
-                       max_position_embeddings=c["max_position_embeddings"],
-                       rope_theta=c["rope_parameters"]["rope_theta"],
-                       rms_norm_eps=c["rms_norm_eps"])
-    model = qwen3.Qwen3(cfg)
-    model.load_state_dict({k: v.float() for k, v in state.items()})
+    else:
+        model = qwen3.Qwen3(qwen3.Config(
+            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"],
+            num_hidden_layers=c["num_hidden_layers"],
+            num_attention_heads=c["num_attention_heads"],
+            num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
+            max_position_embeddings=c["max_position_embeddings"],
+            rope_theta=c["rope_parameters"]["rope_theta"], rms_norm_eps=c["rms_norm_eps"]))
+    exportmod.load_weights(model, path)
     return model.eval()
 
 

@@ -169,3 +169,19 @@ def export(model, out, dtype=torch.bfloat16, shard_bytes=32 << 20, bos=0, eos=(0
                {"bos_token_id": bos, "eos_token_id": list(eos), "pad_token_id": pad,
                 "transformers_version": "5.17.0"})
     return files
+
+
+def load_weights(model, path):
+    """The inverse of export for the weights: reads every safetensors file
+    of the directory path into model (a qwen3.Qwen3 or qwen3_next.Qwen3Next
+    of the export's shape), cast to the model's dtype. A shape that differs
+    fails in load_state_dict, naming the tensor."""
+    from safetensors.torch import load_file
+    state = {}
+    for fn in sorted(os.listdir(path)):
+        if fn.endswith(".safetensors"):
+            state.update(load_file(os.path.join(path, fn)))
+    if hasattr(model, "load_state_dict_hf"):
+        model.load_state_dict_hf(state)
+    else:
+        model.load_state_dict({k: v.float() for k, v in state.items()})

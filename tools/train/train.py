@@ -195,21 +195,6 @@ def make_config(args, vocab):
     return cls(**kw)
 
 
-def load_export(model, path, next_arch):
-    """Loads the weights of an exported model directory into model (its bf16
-    values become the float32 master weights). A shape that differs from
-    the export's fails in load_state_dict, naming the tensor."""
-    from safetensors.torch import load_file
-    state = {}
-    for fn in sorted(os.listdir(path)):
-        if fn.endswith(".safetensors"):
-            state.update(load_file(os.path.join(path, fn)))
-    if next_arch:
-        model.load_state_dict_hf(state)
-    else:
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-
-
 def save_ckpt(path, model, opt, state):
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, tmp)
@@ -305,7 +290,7 @@ def main():
         state = saved["state"]
         print(f"resumed at step {state['step']}, {state['elapsed']:.0f} s", flush=True)
     elif args.init:
-        load_export(model, args.init, next_arch)
+        exportmod.load_weights(model, args.init)
         print(f"initialised from {args.init}", flush=True)
     print(f"model: {model.num_params() / 1e6:.2f} M parameters, {cfg}", flush=True)
     eager_fn = model.losses if next_arch else model
