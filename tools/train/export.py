@@ -3,7 +3,8 @@ spelling transformers 5.x writes, generation_config.json, and the weights as
 safetensors (written here: an 8-byte little-endian header size, a JSON header
 of names, dtypes, shapes and byte ranges, then the raw little-endian data),
 in shards of at most `shard_bytes` with model.safetensors.index.json when
-they do not fit one file.
+they do not fit one file; and read such a directory's weights back into a
+model (load_weights: check_hf.py, train.py --init).
 """
 import json
 import os
