@@ -35,6 +35,11 @@ KV_TEMPLATES = [
     ("Remember: {k} has the number {v}.", "Which number does {k} have?", "{K} has the number"),
 ]
 SYSTEMS = [None, None, None, "You are a helpful assistant.", "Answer briefly."]
+# How often a recall row's first fact opens the row (or the user's message),
+# with no text before it: random places almost never put it there, and the
+# first atlas-next models missed a needle at the very start of a prompt more
+# often than anywhere else.
+START_FACT = 0.15
 
 
 def key_words(texts, n=4000, skip=150):
@@ -122,6 +127,8 @@ class Sampler:
         if filler < 0:
             return self.text_row(t)
         cuts = [0] + cut_points(rng, filler, n_pairs) + [filler]
+        if rng.random() < START_FACT:
+            cuts[1] = 0
         parts = [np.array(head, dtype=np.int64)]
         for i in range(n_pairs):
             parts.append(self.window(cuts[i + 1] - cuts[i]))
