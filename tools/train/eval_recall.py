@@ -38,7 +38,13 @@ def make(args):
     with lzma.open(os.path.join(args.data, "val.txt.xz"), "rb") as f:
         docs = f.read().decode().split(datamod.DOC_SEP)
     with lzma.open(os.path.join(args.data, "train.txt.xz"), "rb") as f:
-        words = datamod.key_words(f.read().decode().split(datamod.DOC_SEP)[::20])
+        train_docs = f.read().decode().split(datamod.DOC_SEP)
+    # The keys come from the first corpus version's training documents: the
+    # train-only sources added later (make_data.py's EXTRA_*) follow them, so
+    # every corpus version gives the same prompts.
+    with open(os.path.join(args.data, "manifest.json")) as f:
+        extra = sum(s["documents"] for s in json.load(f)["sources"] if s.get("train_only"))
+    words = datamod.key_words(train_docs[:len(train_docs) - extra][::20])
     eot = tk.token_to_id("<|endoftext|>")
     stream = np.concatenate([np.array(e.ids + [eot], dtype=np.uint16)
                              for e in tk.encode_batch(docs)])
