@@ -223,6 +223,7 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 	info->memory_free = free_b;
 	info->kv_dtype = KT_BF16;
 	info->att_p_bf16 = true;
+	info->matmul_x_bf16 = true;
 	info->graphs = true;
 	return 0;
 }

@@ -2,12 +2,13 @@
  * reads w once, without the x -> bf16 launch of the cuBLAS path
  * (dev/cuda/gemv_lab.cu and dev/cuda/README.md hold the measurements).
  *
- * Layout: x [T, K] f32 (T <= CUDA_GEMV_MAX_T), w [N, K] bf16, y [T, N] f32,
- * bias NULL or [1, N] f32 or bf16.
+ * Layout: x [T, K] f32 or bf16 (T <= CUDA_GEMV_MAX_T), w [N, K] bf16, y
+ * [T, N] f32, bias NULL or [1, N] f32 or bf16.
  *
  * Arithmetic: the function of the cuBLAS path: x rounded to bf16 (here in
- * registers), bf16 × bf16 products exact in f32, f32 accumulation, then
- * + bias. Only the summation order differs.
+ * registers; a bf16 x is loaded as it is, the same bits), bf16 × bf16
+ * products exact in f32, f32 accumulation, then + bias. Only the summation
+ * order differs.
  *
  * Launch: a block of GEMV_WARPS warps owns a tile of 8·NT rows of w; warp v
  * takes the k-steps v, v + GEMV_WARPS, ... of GEMV_KSTEP values. A lane
@@ -40,9 +41,9 @@
  * explicit 1 block per multiprocessor lets ptxas keep more loads ahead (77
  * registers instead of 62 at TT = 16): 20% faster at 16 tokens on the
  * Qwen3-8B MLP shapes, the same at 8. */
-template <int NT, int TT, typename B>
+template <int NT, int TT, typename XT, typename B>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
-gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloat16 *__restrict__ w,
+gemv_kernel(float *__restrict__ y, const XT *__restrict__ x, const __nv_bfloat16 *__restrict__ w,
 	    const B *__restrict__ bias, int T, int N, int K)
 {
 	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
@@ -52,7 +53,7 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
 	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
 	const __nv_bfloat16 *wr[NT];
-	const float *xr[HALVES];
+	const XT *xr[HALVES];
 	bool wok[NT], xok[HALVES];
 
 #pragma unroll
@@ -84,13 +85,14 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	}
 }
 
-template <int NT, int TT, typename B>
-static int launch_tt(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
+template <int NT, int TT, typename XT, typename B>
+static int launch_tt(struct cuda_backend *cu, float *y, const XT *x, const __nv_bfloat16 *w,
 		     const B *bias, int T, int N, int K)
 {
 	const unsigned blocks = (unsigned)(((int64_t)N + 8 * NT - 1) / (8 * NT));
 
-	gemv_kernel<NT, TT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(y, x, w, bias, T, N, K);
+	gemv_kernel<NT, TT, XT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(y, x, w, bias, T, N,
+									       K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -101,8 +103,8 @@ static int launch_tt(struct cuda_backend *cu, float *y, const float *x, const __
  * once N gives enough blocks (measured on an H100: dev/cuda/README.md). */
 #define GEMV_NT2_MIN_N 2048
 
-template <typename B>
-static int launch(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
+template <typename XT, typename B>
+static int launch(struct cuda_backend *cu, float *y, const XT *x, const __nv_bfloat16 *w,
 		  const B *bias, int T, int N, int K)
 {
 	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
@@ -120,17 +122,25 @@ bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)
 	       ((uintptr_t)w->data % 16) == 0;
 }
 
+template <typename XT>
+static int launch_x(struct cuda_backend *cu, float *y, const XT *x, const __nv_bfloat16 *w,
+		    const struct kt_tensor *bias, int T, int N, int K)
+{
+	if (!bias)
+		return launch(cu, y, x, w, (const float *)NULL, T, N, K);
+	if (bias->dtype == KT_BF16)
+		return launch(cu, y, x, w, (const __nv_bfloat16 *)bias->data, T, N, K);
+	return launch(cu, y, x, w, (const float *)bias->data, T, N, K);
+}
+
 int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct kt_tensor *x,
 	      const struct kt_tensor *w, const struct kt_tensor *bias)
 {
 	float *yd = (float *)y->data;
-	const float *xd = (const float *)x->data;
 	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
 	const int T = (int)x->rows, N = (int)w->rows, K = (int)x->cols;
 
-	if (!bias)
-		return launch(cu, yd, xd, wd, (const float *)NULL, T, N, K);
-	if (bias->dtype == KT_BF16)
-		return launch(cu, yd, xd, wd, (const __nv_bfloat16 *)bias->data, T, N, K);
-	return launch(cu, yd, xd, wd, (const float *)bias->data, T, N, K);
+	if (x->dtype == KT_BF16)
+		return launch_x(cu, yd, (const __nv_bfloat16 *)x->data, wd, bias, T, N, K);
+	return launch_x(cu, yd, (const float *)x->data, wd, bias, T, N, K);
 }

@@ -198,6 +198,34 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v)
 	return __bfloat162float(v);
 }
 
+/* v stored into an f32 or bf16 tensor (bf16: nearest even, as the products
+ * round x): the out of an op that may write either. */
+__device__ __forceinline__ void narrow_to(float *p, float v)
+{
+	*p = v;
+}
+
+__device__ __forceinline__ void narrow_to(__nv_bfloat16 *p, float v)
+{
+	*p = __float2bfloat16_rn(v);
+}
+
+/* Four consecutive values at p + 4i (16- or 8-byte aligned). */
+__device__ __forceinline__ void narrow4_to(float *p, int64_t i, float4 v)
+{
+	reinterpret_cast<float4 *>(p)[i] = v;
+}
+
+__device__ __forceinline__ void narrow4_to(__nv_bfloat16 *p, int64_t i, float4 v)
+{
+	__nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+	uint2 u;
+
+	u.x = *reinterpret_cast<uint32_t *>(&lo);
+	u.y = *reinterpret_cast<uint32_t *>(&hi);
+	reinterpret_cast<uint2 *>(p)[i] = u;
+}
+
 /* Blocks of CUDA_THREADS for a grid-stride loop over n elements. */
 static inline unsigned cu_blocks(int64_t n)
 {
