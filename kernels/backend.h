@@ -488,7 +488,18 @@ struct kt_ops {
 	 * expert's gate). */
 	int (*sigmoid_mul)(struct kt_backend *be, const struct kt_tensor *out,
 			   const struct kt_tensor *x, const struct kt_tensor *g);
+	/* Products of one x: ys[i] = x · ws[i]ᵀ (+ biases[i], NULL entries for
+	 * none) for i < n <= KT_MATMUL_MAX_N, each exactly what matmul gives it
+	 * alone (the same bits): a layer's q, k and v, or its gate and up. A
+	 * backend may run them as one launch (cuda: the GEMV's blocks of all
+	 * the weights in one grid); NULL: kt_matmul_n calls matmul n times. */
+	int (*matmul_n)(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+			const struct kt_tensor *x, const struct kt_tensor *const *ws,
+			const struct kt_tensor *const *biases);
 };
+
+/* The most products of one matmul_n. */
+#define KT_MATMUL_MAX_N 4
 
 /* The most experts a token is routed to (moe_route's k = ids.cols,
  * moe_matmul's k, moe_combine's w.cols): k above it is -EINVAL on every
@@ -642,6 +653,21 @@ static inline int kt_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor
 static inline int kt_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out,
 				 const struct kt_tensor *x, const struct kt_tensor *g)
 { return KT_OP(sigmoid_mul, out, x, g); }
+static inline int kt_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+			      const struct kt_tensor *x, const struct kt_tensor *const *ws,
+			      const struct kt_tensor *const *biases)
+{
+	if (n < 1 || n > KT_MATMUL_MAX_N)
+		return -EINVAL;
+	if (be->ops->matmul_n)
+		return KT_OP(matmul_n, n, ys, x, ws, biases);
+	for (int i = 0; i < n; i++) {
+		int rc = KT_OP(matmul, ys[i], x, ws[i], biases[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
 #undef KT_OP
 
 #endif

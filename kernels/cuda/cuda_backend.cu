@@ -109,6 +109,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_delta_rule,
 	cuda_rmsnorm_gated,
 	cuda_sigmoid_mul,
+	cuda_matmul_n,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

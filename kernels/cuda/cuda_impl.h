@@ -265,6 +265,9 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
 int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		const struct kt_tensor *w, const struct kt_tensor *bias);
+int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		  const struct kt_tensor *const *biases);
 int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
 	      const struct kt_tensor *inv_freq, int n_heads, int head_dim,
 	      const struct kt_tensor *norm_w, float eps);

@@ -24,6 +24,9 @@
  * rounded: matmul_x_bf16) skips the conversion: one product of all its
  * rows, the same bits as the f32 x it was rounded from.
  *
+ * matmul_n (the products of one x): one GEMV launch when the GEMV takes
+ * every weight, else the products one after another.
+ *
  * Launch: to_bf16_kernel and bias_kernel are grid-stride loops over the
  * elements; the product is cuBLAS's choice, on the backend's stream with the
  * workspace given at open (cuBLAS allocates nothing here).
@@ -169,4 +172,32 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	if (rc || !bias)
 		return rc;
 	return add_bias(cu, y, bias);
+}
+
+int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		  const struct kt_tensor *const *biases)
+{
+	struct cuda_backend *cu = cu_of(be);
+
+	if (n < 1 || n > KT_MATMUL_MAX_N || !ys || !ws)
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (!ys[i] || !ws[i] || !matmul_args_ok(ys[i], x, ws[i], biases ? biases[i] : NULL))
+			return -EINVAL;
+		for (int j = 0; j < i; j++)
+			if (cu_overlap(ys[i], ys[j]))
+				return -EINVAL;
+	}
+	if (x->rows && x->cols && cuda_gemv_n_takes(n, x, ws, biases)) {
+		CU_CHECK(cu_enter(cu));
+		return cuda_gemv_n(cu, n, ys, x, ws, biases);
+	}
+	for (int i = 0; i < n; i++) {
+		int rc = cuda_matmul(be, ys[i], x, ws[i], biases ? biases[i] : NULL);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
 }

@@ -4,7 +4,7 @@
  *
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)
- *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)
+ *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)   (one matmul_n)
  *               q, k = rotary (after an rmsnorm per head in Qwen3)
  *               store k, v in the paged cache; att = attention(q, cache)
  *               proj = att · Woᵀ
@@ -88,9 +88,10 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	const struct kt_tensor q = kt_rows(sc->q, 0, T), k = kt_rows(sc->k, 0, T);
 	const struct kt_tensor v = kt_rows(sc->v, 0, T), att = kt_rows(sc->att, 0, T);
 
-	TRY(model_project(be, b, &q, xn, &w->wq, opt(&w->bq)));
-	TRY(model_project(be, b, &k, xn, &w->wk, opt(&w->bk)));
-	TRY(model_project(be, b, &v, xn, &w->wv, opt(&w->bv)));
+	const struct kt_tensor *qkv[] = { &q, &k, &v }, *wqkv[] = { &w->wq, &w->wk, &w->wv };
+	const struct kt_tensor *bqkv[] = { opt(&w->bq), opt(&w->bk), opt(&w->bv) };
+
+	TRY(model_project_n(be, b, 3, qkv, xn, wqkv, bqkv));
 	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
 		    c->rms_norm_eps));
 	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
@@ -115,8 +116,10 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	if (m->cfg.layers[l].mlp == MODEL_MLP_MOE)
 		return moe_forward(m, &w->moe, &dm->moe, b, xn, proj);
 
-	TRY(model_project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
-	TRY(model_project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
+	const struct kt_tensor *gu[] = { &gate, &up }, *wgu[] = { &w->w_gate, &w->w_up };
+	const struct kt_tensor *bgu[] = { opt(&w->b_gate), opt(&w->b_up) };
+
+	TRY(model_project_n(be, b, 2, gu, xn, wgu, bgu));
 	TRY(kt_swiglu(be, &act, &gate, &up));
 	TRY(model_project(be, b, proj, &act, &w->w_down, opt(&w->b_down)));
 	return 0;
