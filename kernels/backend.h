@@ -169,6 +169,10 @@ struct kt_device_info {
 	bool graphs;             /* kt_graph records and replays (else it only runs record) */
 	bool att_p_bf16;         /* attention on bf16 caches rounds the softmax weights to
 				  * bf16 for P·V (cpu with AMX, cuda's tensor cores) */
+	bool matmul_x_bf16;      /* matmul rounds x to bf16 before every product with bf16
+				  * weights, on every path (cuda): a model may hand it x
+				  * already in bf16 (rmsnorm and swiglu write it) and gets
+				  * the same bits for half the activation traffic */
 };
 
 struct kt_config {
@@ -242,10 +246,15 @@ struct kt_ops {
 	int (*embed)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *table,
 		     const struct kt_tensor *ids);
 	/* If residual: x += residual. Then out = x / rms(x) * w, per row.
-	 * out, x, residual [R, D] f32 (out may be x); w [1, D]. */
+	 * x, residual [R, D] f32; w [1, D]; out [R, D] f32 (may be x) or bf16
+	 * (apart from x and residual; each value rounded to nearest even as it
+	 * is stored: the x of the next product, see matmul_x_bf16). */
 	int (*rmsnorm)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 		       const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
-	/* y = x · wᵀ (+ bias)   y [T, N] f32, x [T, K] f32, w [N, K], bias NULL or [1, N] */
+	/* y = x · wᵀ (+ bias)   y [T, N] f32, x [T, K] f32 or bf16 (bf16: with a
+	 * w from kt_weight), w [N, K], bias NULL or [1, N]. A backend with
+	 * matmul_x_bf16 rounds an f32 x to bf16 first, so that x rounded to bf16
+	 * beforehand gives the same y. */
 	int (*matmul)(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		      const struct kt_tensor *w, const struct kt_tensor *bias);
 	/* Rotary embedding in place, rotate-half (GPT-NeoX / Hugging Face) pairing
@@ -326,7 +335,9 @@ struct kt_ops {
 	int (*copy_wait)(struct kt_backend *be, uint64_t ticket);
 	/* out = silu(gate) * up   all [T, I] f32 (out may be gate). up NULL:
 	 * gate [T, 2I] holds each row's gate in its first I columns and its up
-	 * in the last I (a fused gate_up product), out [T, I] apart from it. */
+	 * in the last I (a fused gate_up product), out [T, I] apart from it.
+	 * out may be bf16 (apart from gate and up; rounded to nearest even as
+	 * it is stored, like rmsnorm's). */
 	int (*swiglu)(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 		      const struct kt_tensor *up);
 	/* y += x   both [R, D] f32 */
@@ -477,7 +488,18 @@ struct kt_ops {
 	 * expert's gate). */
 	int (*sigmoid_mul)(struct kt_backend *be, const struct kt_tensor *out,
 			   const struct kt_tensor *x, const struct kt_tensor *g);
+	/* Products of one x: ys[i] = x · ws[i]ᵀ (+ biases[i], NULL entries for
+	 * none) for i < n <= KT_MATMUL_MAX_N, each exactly what matmul gives it
+	 * alone (the same bits): a layer's q, k and v, or its gate and up. A
+	 * backend may run them as one launch (cuda: the GEMV's blocks of all
+	 * the weights in one grid); NULL: kt_matmul_n calls matmul n times. */
+	int (*matmul_n)(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+			const struct kt_tensor *x, const struct kt_tensor *const *ws,
+			const struct kt_tensor *const *biases);
 };
+
+/* The most products of one matmul_n. */
+#define KT_MATMUL_MAX_N 4
 
 /* The most experts a token is routed to (moe_route's k = ids.cols,
  * moe_matmul's k, moe_combine's w.cols): k above it is -EINVAL on every
@@ -631,6 +653,21 @@ static inline int kt_rmsnorm_gated(struct kt_backend *be, const struct kt_tensor
 static inline int kt_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out,
 				 const struct kt_tensor *x, const struct kt_tensor *g)
 { return KT_OP(sigmoid_mul, out, x, g); }
+static inline int kt_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+			      const struct kt_tensor *x, const struct kt_tensor *const *ws,
+			      const struct kt_tensor *const *biases)
+{
+	if (n < 1 || n > KT_MATMUL_MAX_N)
+		return -EINVAL;
+	if (be->ops->matmul_n)
+		return KT_OP(matmul_n, n, ys, x, ws, biases);
+	for (int i = 0; i < n; i++) {
+		int rc = KT_OP(matmul, ys[i], x, ws[i], biases[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
 #undef KT_OP
 
 #endif

@@ -45,6 +45,29 @@ int model_project(struct kt_backend *be, const struct kt_batch *b, const struct 
 	return kt_matmul(be, &y1, &x1, w, bias);
 }
 
+int model_project_n(struct kt_backend *be, const struct kt_batch *b, int n,
+		    const struct kt_tensor *const *ys, const struct kt_tensor *x,
+		    const struct kt_tensor *const *ws, const struct kt_tensor *const *biases)
+{
+	const int64_t T = x->rows, d = b->n_single;
+	struct kt_tensor y0[KT_MATMUL_MAX_N], y1[KT_MATMUL_MAX_N];
+	const struct kt_tensor *p0[KT_MATMUL_MAX_N], *p1[KT_MATMUL_MAX_N];
+
+	if (n < 1 || n > KT_MATMUL_MAX_N)
+		return -EINVAL;
+	if (d <= 0 || d >= T)
+		return kt_matmul_n(be, n, ys, x, ws, biases);
+	for (int i = 0; i < n; i++) {
+		y0[i] = kt_rows(*ys[i], 0, d);
+		y1[i] = kt_rows(*ys[i], d, T - d);
+		p0[i] = &y0[i];
+		p1[i] = &y1[i];
+	}
+	const struct kt_tensor x0 = kt_rows(*x, 0, d), x1 = kt_rows(*x, d, T - d);
+	TRY(kt_matmul_n(be, n, p0, &x0, ws, biases));
+	return kt_matmul_n(be, n, p1, &x1, ws, biases);
+}
+
 int model_head_input_alloc(struct model *m, struct model_head_input *h, char *err,
 			   size_t errlen)
 {

@@ -21,6 +21,12 @@ int model_rope_table(struct model *m, struct kt_tensor *t, char *err, size_t err
 int model_project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
 		  const struct kt_tensor *x, const struct kt_tensor *w,
 		  const struct kt_tensor *bias);
+/* ys[i] = x · ws[i]ᵀ (+ biases[i]) for i < n, split as model_project splits
+ * them: the products of one x (a layer's q, k and v, its gate and up), which
+ * a backend may run as one launch (kt_matmul_n). */
+int model_project_n(struct kt_backend *be, const struct kt_batch *b, int n,
+		    const struct kt_tensor *const *ys, const struct kt_tensor *x,
+		    const struct kt_tensor *const *ws, const struct kt_tensor *const *biases);
 
 /* An MTP head's input, as Qwen3-Next and Qwen3.5 checkpoints define it:
  * row t is x = fc · [rmsnorm_e(embed(ids[t])) | rmsnorm_h(hidden[t])].

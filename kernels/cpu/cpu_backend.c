@@ -84,6 +84,7 @@ static void fill_info(struct cpu_backend *cpu)
 	info->memory_free = page > 0 && avail > 0 ? (uint64_t)page * (uint64_t)avail : 0;
 	info->kv_dtype = cpu->bf16 ? KT_BF16 : KT_F32;
 	info->att_p_bf16 = cpu->bf16 && cpu->isa == CPU_ISA_AMX;
+	info->matmul_x_bf16 = false;
 }
 
 static void cpu_close(struct kt_backend *be)

@@ -6,7 +6,8 @@
  * gate or up, add may take x == y, sigmoid_mul may write over x (and over a
  * gate g of x's shape); other overlaps are refused. sigmoid_mul's gate is
  * [R, D] (one per element) or [R, 1] (one per row), sigmoid(g) = 1 / (1 +
- * expf(-g)) as torch computes it in f32.
+ * expf(-g)) as torch computes it in f32. swiglu's out may be bf16 (apart
+ * from its inputs), each value rounded to nearest even as it is stored.
  *
  * Threads: rows (copies) or elements (arithmetic) are split over the OpenMP
  * team once the op is large enough to pay for it.
@@ -17,6 +18,7 @@
 
 #include "common/half.h"
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_simd.h"
 
 /* out[i, :] = src[idx[i], :] for n rows of D floats; idx already checked. */
 static void copy_rows(const struct cpu_backend *cpu, float *out, const float *src,
@@ -83,41 +85,64 @@ static bool same_or_apart(const struct kt_tensor *a, const struct kt_tensor *b)
 	return a->data == b->data || !cpu_overlap(a, b);
 }
 
+/* out[i] = silu(g[i]) * u[i] for n values, into o (f32) or o16 (bf16,
+ * rounded to nearest even). */
+static void swiglu_run(float *o, uint16_t *o16, const float *g, const float *u, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		const float v = g[i] / (1.0f + expf(-g[i])) * u[i];
+
+		if (o16)
+			o16[i] = narrow1(v);
+		else
+			o[i] = v;
+	}
+}
+
 int cpu_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 	       const struct kt_tensor *up)
 {
 	struct cpu_backend *cpu = cpu_of(be);
+	const bool out16 = out && out->dtype == KT_BF16;
+	const enum kt_dtype odt = out16 ? KT_BF16 : KT_F32;
 	float *o;
+	uint16_t *o16;
 	const float *g, *u;
 	int64_t n;
 
 	if (!up) {
 		if (!cpu_valid(gate, KT_F32) || gate->cols % 2 ||
-		    !cpu_shape(out, KT_F32, gate->rows, gate->cols / 2) || cpu_overlap(out, gate))
+		    !cpu_shape(out, odt, gate->rows, gate->cols / 2) || cpu_overlap(out, gate))
 			return -EINVAL;
 		const int64_t I = out->cols, R = out->rows;
-		o = out->data;
+		o = out16 ? NULL : out->data;
+		o16 = out16 ? out->data : NULL;
 		g = gate->data;
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (R * I > CPU_PAR_MIN)
 		for (int64_t r = 0; r < R; r++)
-			for (int64_t i = 0; i < I; i++) {
-				const float gi = g[r * 2 * I + i];
-				o[r * I + i] = gi / (1.0f + expf(-gi)) * g[r * 2 * I + I + i];
-			}
+			swiglu_run(o ? o + r * I : NULL, o16 ? o16 + r * I : NULL, g + r * 2 * I,
+				   g + r * 2 * I + I, I);
 		return 0;
 	}
 	if (!cpu_valid(gate, KT_F32) || !cpu_shape(up, KT_F32, gate->rows, gate->cols) ||
-	    !cpu_shape(out, KT_F32, gate->rows, gate->cols))
+	    !cpu_shape(out, odt, gate->rows, gate->cols))
 		return -EINVAL;
 	if (!same_or_apart(out, gate) || !same_or_apart(out, up))
 		return -EINVAL;
-	o = out->data;
+	if (out16 && (cpu_overlap(out, gate) || cpu_overlap(out, up)))
+		return -EINVAL;
+	o = out16 ? NULL : out->data;
+	o16 = out16 ? out->data : NULL;
 	g = gate->data;
 	u = up->data;
 	n = gate->rows * gate->cols;
+	const int64_t chunk = 4096, n_chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++)
-		o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	for (int64_t c = 0; c < n_chunks; c++) {
+		const int64_t i = c * chunk, len = n - i < chunk ? n - i : chunk;
+
+		swiglu_run(o ? o + i : NULL, o16 ? o16 + i : NULL, g + i, u + i, len);
+	}
 	return 0;
 }
 

@@ -1,7 +1,8 @@
 /* y = x · wᵀ (+ bias), batch-invariant.
  *
  * Layout: x [T, K] and w [N, K] row-major (the Hugging Face Linear layout),
- * y [T, N], bias [1, N]; all f32 but w, which may be bf16. A bf16 w is
+ * y [T, N], bias [1, N]; all f32 but w, which may be bf16 (and x, widened
+ * first: matmul_widened_x). A bf16 w is
  * widened exactly to f32 in registers (portable, or AVX2 + FMA), so that
  * both give the products of f32 precision, or, with cpu_precision bf16 on a
  * CPU with AMX or AVX512-BF16, multiplied with x rounded to bf16 on those
@@ -32,6 +33,7 @@
  * written by one thread.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/cpu_simd.h"
@@ -181,6 +183,34 @@ int64_t cpu_matmul_kernel_wrows(cpu_mm_block_fn *kernel, int64_t K, int64_t N)
 	return nb < 32 ? 32 : nb;
 }
 
+/* A bf16 x: widened into a buffer of the call's own, then the f32-x
+ * product. Models on the cpu never hand it one (matmul_x_bf16 is
+ * false here: under cpu_precision f32 x is not rounded); it is the op
+ * cases' reference for the backends that take it. */
+static int matmul_widened_x(struct kt_backend *be, const struct kt_tensor *y,
+			    const struct kt_tensor *x, const struct kt_tensor *w,
+			    const struct kt_tensor *bias)
+{
+	const size_t n = (size_t)x->rows * (size_t)x->cols;
+	const uint16_t *xh = x->data;
+	struct kt_tensor xf = *x;
+	float *buf;
+	int rc;
+
+	if (!y || cpu_overlap(y, x))
+		return -EINVAL;
+	buf = malloc(n ? n * sizeof *buf : sizeof *buf);
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = widen1(xh[i]);
+	xf.dtype = KT_F32;
+	xf.data = buf;
+	rc = cpu_matmul(be, y, &xf, w, bias);
+	free(buf);
+	return rc;
+}
+
 int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 	       const struct kt_tensor *w, const struct kt_tensor *bias)
 {
@@ -193,6 +223,8 @@ int cpu_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt
 	size_t esize;
 	float *yd;
 
+	if (cpu_valid(x, KT_BF16))
+		return matmul_widened_x(be, y, x, w, bias);
 	if (!cpu_valid(x, KT_F32) || !w || (w->dtype != KT_F32 && w->dtype != KT_BF16) ||
 	    !cpu_valid(w, w->dtype))
 		return -EINVAL;

@@ -109,6 +109,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_delta_rule,
 	cuda_rmsnorm_gated,
 	cuda_sigmoid_mul,
+	cuda_matmul_n,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
@@ -223,6 +224,7 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 	info->memory_free = free_b;
 	info->kv_dtype = KT_BF16;
 	info->att_p_bf16 = true;
+	info->matmul_x_bf16 = true;
 	info->graphs = true;
 	return 0;
 }

@@ -8,7 +8,8 @@
  *
  * Launch: row copies use one block of CUDA_THREADS per output row, the
  * threads striding over the columns (coalesced). swiglu and add are
- * grid-stride loops over the elements, and so is sigmoid_mul (out = x ·
+ * grid-stride loops over the elements (swiglu's out f32 or bf16, rounded as
+ * stored), and so is sigmoid_mul (out = x ·
  * sigmoid(g), g [R, D] or one gate per row [R, 1]). swiglu may write over
  * gate or up, add may take x == y, sigmoid_mul may write over x (or g);
  * other overlaps are refused as on the cpu backend.
@@ -83,26 +84,28 @@ int cuda_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
 }
 
 /* o = silu(g) * u, written as the cpu backend writes it. */
-__global__ void swiglu_kernel(float *o, const float *g, const float *u, int64_t n)
+template <typename O>
+__global__ void swiglu_kernel(O *o, const float *g, const float *u, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		float gi = g[i];
 
-		o[i] = gi / (1.0f + expf(-gi)) * u[i];
+		narrow_to(&o[i], gi / (1.0f + expf(-gi)) * u[i]);
 	}
 }
 
 /* o[r, i] = silu(gu[r, i]) * gu[r, I + i]: gu [R, 2I] a fused gate_up row,
  * o [R, I]; n = R * I. */
-__global__ void swiglu_halves_kernel(float *o, const float *gu, int64_t I, int64_t n)
+template <typename O>
+__global__ void swiglu_halves_kernel(O *o, const float *gu, int64_t I, int64_t n)
 {
 	for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
 	     j += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = j / I, i = j % I;
 		float gi = gu[r * 2 * I + i];
 
-		o[j] = gi / (1.0f + expf(-gi)) * gu[r * 2 * I + I + i];
+		narrow_to(&o[j], gi / (1.0f + expf(-gi)) * gu[r * 2 * I + I + i]);
 	}
 }
 
@@ -113,37 +116,47 @@ __global__ void add_kernel(float *y, const float *x, int64_t n)
 		y[i] += x[i];
 }
 
+template <typename O>
+static void launch_swiglu(struct cuda_backend *cu, O *out, const float *gate, const float *up,
+			  int64_t I, int64_t n)
+{
+	if (up)
+		swiglu_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(out, gate, up, n);
+	else
+		swiglu_halves_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(out, gate, I, n);
+}
+
 int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
 		const struct kt_tensor *up)
 {
 	struct cuda_backend *cu = cu_of(be);
+	const bool out16 = out && out->dtype == KT_BF16;
+	const enum kt_dtype odt = out16 ? KT_BF16 : KT_F32;
 	int64_t n;
 
 	if (!up) {
 		if (!cu_valid(gate, KT_F32) || gate->cols % 2 ||
-		    !cu_shape(out, KT_F32, gate->rows, gate->cols / 2) || !cu_same_or_apart(out, gate) ||
-		    out->data == gate->data)
+		    !cu_shape(out, odt, gate->rows, gate->cols / 2) || cu_overlap(out, gate))
 			return -EINVAL;
-		n = out->rows * out->cols;
-		if (!n)
-			return 0;
-		CU_CHECK(cu_enter(cu));
-		swiglu_halves_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (const float *)gate->data, out->cols, n);
-		CU_LAUNCHED();
-		return 0;
+	} else {
+		if (!cu_valid(gate, KT_F32) || !cu_shape(up, KT_F32, gate->rows, gate->cols) ||
+		    !cu_shape(out, odt, gate->rows, gate->cols))
+			return -EINVAL;
+		if (!cu_same_or_apart(out, gate) || !cu_same_or_apart(out, up))
+			return -EINVAL;
+		if (out16 && (cu_overlap(out, gate) || cu_overlap(out, up)))
+			return -EINVAL;
 	}
-	if (!cu_valid(gate, KT_F32) || !cu_shape(up, KT_F32, gate->rows, gate->cols) ||
-	    !cu_shape(out, KT_F32, gate->rows, gate->cols))
-		return -EINVAL;
-	if (!cu_same_or_apart(out, gate) || !cu_same_or_apart(out, up))
-		return -EINVAL;
-	n = gate->rows * gate->cols;
+	n = out->rows * out->cols;
 	if (!n)
 		return 0;
 	CU_CHECK(cu_enter(cu));
-	swiglu_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(
-		(float *)out->data, (const float *)gate->data, (const float *)up->data, n);
+	if (out16)
+		launch_swiglu(cu, (__nv_bfloat16 *)out->data, (const float *)gate->data,
+			      up ? (const float *)up->data : NULL, out->cols, n);
+	else
+		launch_swiglu(cu, (float *)out->data, (const float *)gate->data,
+			      up ? (const float *)up->data : NULL, out->cols, n);
 	CU_LAUNCHED();
 	return 0;
 }

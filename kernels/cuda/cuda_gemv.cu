@@ -2,14 +2,17 @@
  * reads w once, without the x -> bf16 launch of the cuBLAS path
  * (dev/cuda/gemv_lab.cu and dev/cuda/README.md hold the measurements).
  *
- * Layout: x [T, K] f32 (T <= CUDA_GEMV_MAX_T), w [N, K] bf16, y [T, N] f32,
- * bias NULL or [1, N] f32 or bf16.
+ * Layout: x [T, K] f32 or bf16 (T <= CUDA_GEMV_MAX_T), w [N, K] bf16, y
+ * [T, N] f32, bias NULL or [1, N] f32 or bf16.
  *
  * Arithmetic: the function of the cuBLAS path: x rounded to bf16 (here in
- * registers), bf16 × bf16 products exact in f32, f32 accumulation, then
- * + bias. Only the summation order differs.
+ * registers; a bf16 x is loaded as it is, the same bits), bf16 × bf16
+ * products exact in f32, f32 accumulation, then + bias. Only the summation
+ * order differs.
  *
- * Launch: a block of GEMV_WARPS warps owns a tile of 8·NT rows of w; warp v
+ * Launch: one grid for one weight or for the products of one x (matmul_n:
+ * each weight's blocks after those of the weights before it). A block of
+ * GEMV_WARPS warps owns a tile of 8·NT rows of one w; warp v
  * takes the k-steps v, v + GEMV_WARPS, ... of GEMV_KSTEP values. A lane
  * (g, q) = (lane / 4, lane % 4) handles row g of each n-tile: per 16-byte
  * vector, 8 values of w at k = step + 32·j + 8·q (j < GEMV_U) and the 8
@@ -36,23 +39,43 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_gemv.h"
 
+/* The weights of one launch: products of one x (matmul_n), or one. Part
+ * i has its blocks after those of the parts before it. */
+template <typename B>
+struct gemv_parts {
+	float *y[KT_MATMUL_MAX_N];               /* [T, N_i] */
+	const __nv_bfloat16 *w[KT_MATMUL_MAX_N]; /* [N_i, K] */
+	const B *bias[KT_MATMUL_MAX_N];          /* [N_i] or NULL */
+	int N[KT_MATMUL_MAX_N];
+	int blocks[KT_MATMUL_MAX_N];
+	int n;
+};
+
 /* TT bounds T: 8 (the lower half of one token tile) or 16 (one tile). The
  * explicit 1 block per multiprocessor lets ptxas keep more loads ahead (77
  * registers instead of 62 at TT = 16): 20% faster at 16 tokens on the
  * Qwen3-8B MLP shapes, the same at 8. */
-template <int NT, int TT, typename B>
+template <int NT, int TT, typename XT, typename B>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
-gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloat16 *__restrict__ w,
-	    const B *__restrict__ bias, int T, int N, int K)
+gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ x, int T, int K)
 {
 	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
 	static_assert(TT == 8 || TT == 16, "one token tile at most");
 	static_assert(E <= D * NT * 32 * 4, "a warp's partial tile fits in its ring");
 	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
+	int part = 0, block = blockIdx.x;
+
+	while (part < parts.n - 1 && block >= parts.blocks[part])
+		block -= parts.blocks[part++];
+
+	const __nv_bfloat16 *__restrict__ w = parts.w[part];
+	const B *__restrict__ bias = parts.bias[part];
+	float *__restrict__ y = parts.y[part];
+	const int N = parts.N[part];
+	const int64_t n0 = (int64_t)block * 8 * NT;
 	const __nv_bfloat16 *wr[NT];
-	const float *xr[HALVES];
+	const XT *xr[HALVES];
 	bool wok[NT], xok[HALVES];
 
 #pragma unroll
@@ -84,13 +107,16 @@ gemv_kernel(float *__restrict__ y, const float *__restrict__ x, const __nv_bfloa
 	}
 }
 
-template <int NT, int TT, typename B>
-static int launch_tt(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
-		     const B *bias, int T, int N, int K)
+template <int NT, int TT, typename XT, typename B>
+static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
 {
-	const unsigned blocks = (unsigned)(((int64_t)N + 8 * NT - 1) / (8 * NT));
+	unsigned blocks = 0;
 
-	gemv_kernel<NT, TT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(y, x, w, bias, T, N, K);
+	for (int i = 0; i < parts.n; i++) {
+		parts.blocks[i] = (parts.N[i] + 8 * NT - 1) / (8 * NT);
+		blocks += (unsigned)parts.blocks[i];
+	}
+	gemv_kernel<NT, TT, XT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -98,19 +124,23 @@ static int launch_tt(struct cuda_backend *cu, float *y, const float *x, const __
 /* The tile shape; it changes the launch, never the arithmetic of an output.
  * Rows of w a block: 8 (NT = 1) keep the most blocks in flight; 16 (NT = 2)
  * read x half as often, which pays above 8 tokens (a full mma token tile)
- * once N gives enough blocks (measured on an H100: dev/cuda/README.md). */
+ * once the rows of all the weights give enough blocks (measured on an H100
+ * for one weight: dev/cuda/README.md). */
 #define GEMV_NT2_MIN_N 2048
 
-template <typename B>
-static int launch(struct cuda_backend *cu, float *y, const float *x, const __nv_bfloat16 *w,
-		  const B *bias, int T, int N, int K)
+template <typename XT, typename B>
+static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT *x, int T, int K)
 {
+	int64_t rows = 0;
+
 	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
+	for (int i = 0; i < parts.n; i++)
+		rows += parts.N[i];
 	if (T <= 8)
-		return launch_tt<1, 8>(cu, y, x, w, bias, T, N, K);
-	if (N < GEMV_NT2_MIN_N)
-		return launch_tt<1, 16>(cu, y, x, w, bias, T, N, K);
-	return launch_tt<2, 16>(cu, y, x, w, bias, T, N, K);
+		return launch_tt<1, 8>(cu, parts, x, T, K);
+	if (rows < GEMV_NT2_MIN_N)
+		return launch_tt<1, 16>(cu, parts, x, T, K);
+	return launch_tt<2, 16>(cu, parts, x, T, K);
 }
 
 bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)
@@ -120,17 +150,62 @@ bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)
 	       ((uintptr_t)w->data % 16) == 0;
 }
 
+template <typename B>
+static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *const *ys,
+		       const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		       const struct kt_tensor *const *biases)
+{
+	gemv_parts<B> parts = {};
+	const int T = (int)x->rows, K = (int)x->cols;
+
+	parts.n = n;
+	for (int i = 0; i < n; i++) {
+		parts.y[i] = (float *)ys[i]->data;
+		parts.w[i] = (const __nv_bfloat16 *)ws[i]->data;
+		parts.bias[i] = biases && biases[i] ? (const B *)biases[i]->data : NULL;
+		parts.N[i] = (int)ws[i]->rows;
+	}
+	if (x->dtype == KT_BF16)
+		return launch(cu, parts, (const __nv_bfloat16 *)x->data, T, K);
+	return launch(cu, parts, (const float *)x->data, T, K);
+}
+
+/* The biases' one dtype (f32 when there are none); -1 when they mix. */
+static int bias_dtype(int n, const struct kt_tensor *const *biases)
+{
+	int dt = -1;
+
+	for (int i = 0; i < n; i++)
+		if (biases && biases[i]) {
+			if (dt >= 0 && dt != (int)biases[i]->dtype)
+				return -1;
+			dt = (int)biases[i]->dtype;
+		}
+	return dt < 0 ? (int)KT_F32 : dt;
+}
+
+bool cuda_gemv_n_takes(int n, const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		       const struct kt_tensor *const *biases)
+{
+	if (n < 1 || n > KT_MATMUL_MAX_N || bias_dtype(n, biases) < 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (!cuda_gemv_takes(x, ws[i]))
+			return false;
+	return true;
+}
+
+int cuda_gemv_n(struct cuda_backend *cu, int n, const struct kt_tensor *const *ys,
+		const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		const struct kt_tensor *const *biases)
+{
+	if (bias_dtype(n, biases) == KT_BF16)
+		return launch_bias<__nv_bfloat16>(cu, n, ys, x, ws, biases);
+	return launch_bias<float>(cu, n, ys, x, ws, biases);
+}
+
 int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct kt_tensor *x,
 	      const struct kt_tensor *w, const struct kt_tensor *bias)
 {
-	float *yd = (float *)y->data;
-	const float *xd = (const float *)x->data;
-	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
-	const int T = (int)x->rows, N = (int)w->rows, K = (int)x->cols;
-
-	if (!bias)
-		return launch(cu, yd, xd, wd, (const float *)NULL, T, N, K);
-	if (bias->dtype == KT_BF16)
-		return launch(cu, yd, xd, wd, (const __nv_bfloat16 *)bias->data, T, N, K);
-	return launch(cu, yd, xd, wd, (const float *)bias->data, T, N, K);
+	return cuda_gemv_n(cu, 1, &y, x, &w, &bias);
 }

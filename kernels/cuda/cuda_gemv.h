@@ -29,6 +29,15 @@ bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w);
 /* Enqueue y = x · wᵀ (+ bias) on cu->stream; arguments checked by the caller. */
 int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct kt_tensor *x,
 	      const struct kt_tensor *w, const struct kt_tensor *bias);
+/* The GEMV takes the products of one x (matmul_n) in one launch: it takes
+ * each weight, and the biases are of one dtype (or none). */
+bool cuda_gemv_n_takes(int n, const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		       const struct kt_tensor *const *biases);
+/* Enqueue ys[i] = x · ws[i]ᵀ (+ biases[i]) for i < n as one launch; arguments
+ * checked by the caller. */
+int cuda_gemv_n(struct cuda_backend *cu, int n, const struct kt_tensor *const *ys,
+		const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		const struct kt_tensor *const *biases);
 #endif
 
 #endif

@@ -6,7 +6,7 @@
  * tiles in warp order (gemv_tile_sum) after a barrier. How a lane streams
  * w through its cp.async ring and feeds the mma is described at the top of
  * cuda_gemv.cu; the callers only choose the rows: which rows of w (wr, wok)
- * and which rows of x (xr, xok) the tile holds.
+ * and which rows of x (xr, xok) the tile holds, f32 or bf16 (gemv_x).
  */
 #ifndef ATLAS_KERNELS_CUDA_GEMV_TILE_CUH
 #define ATLAS_KERNELS_CUDA_GEMV_TILE_CUH
@@ -24,17 +24,51 @@
 #define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
 #define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
 
-/* The 8 x values of row xr at k (0 when !ok or past K). */
-__device__ __forceinline__ void gemv_load_x(float4 (&xv)[2], const float *xr, bool ok, int k,
-					    int K)
-{
-	if (ok && k < K) {
-		xv[0] = __ldg((const float4 *)(xr + k));
-		xv[1] = __ldg((const float4 *)(xr + k) + 1);
-	} else {
-		xv[0] = xv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+/* A lane's 8 x values of one vector: f32 x (two float4, rounded to bf16
+ * when packed for the mma) or bf16 x (one 16-byte load, packed already:
+ * the same bits). load: row xr at k, 0 when !ok or past K; pack: the mma's
+ * A halves, pairs (0, 1), (2, 3), (4, 5), (6, 7), lo first. */
+template <typename XT>
+struct gemv_x;
+
+template <>
+struct gemv_x<float> {
+	float4 v[2];
+
+	__device__ __forceinline__ void load(const float *xr, bool ok, int k, int K)
+	{
+		if (ok && k < K) {
+			v[0] = __ldg((const float4 *)(xr + k));
+			v[1] = __ldg((const float4 *)(xr + k) + 1);
+		} else {
+			v[0] = v[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
 	}
-}
+	__device__ __forceinline__ void pack(uint32_t (&a)[4]) const
+	{
+		a[0] = mma_pack_bf16(v[0].x, v[0].y);
+		a[1] = mma_pack_bf16(v[0].z, v[0].w);
+		a[2] = mma_pack_bf16(v[1].x, v[1].y);
+		a[3] = mma_pack_bf16(v[1].z, v[1].w);
+	}
+};
+
+template <>
+struct gemv_x<__nv_bfloat16> {
+	uint4 v;
+
+	__device__ __forceinline__ void load(const __nv_bfloat16 *xr, bool ok, int k, int K)
+	{
+		v = ok && k < K ? __ldg((const uint4 *)(xr + k)) : make_uint4(0u, 0u, 0u, 0u);
+	}
+	__device__ __forceinline__ void pack(uint32_t (&a)[4]) const
+	{
+		a[0] = v.x;
+		a[1] = v.y;
+		a[2] = v.z;
+		a[3] = v.w;
+	}
+};
 
 /* Warp `warp` (lane `lane`) of the block: the products of its k-steps of
  * the tile's x rows xr[h] (h < HALVES; row g + 8h of the tile, xok false:
@@ -44,11 +78,11 @@ __device__ __forceinline__ void gemv_load_x(float4 (&xv)[2], const float *xr, bo
  * accumulator c of lane `lane` for n-tile nt (token (lane >> 2) + 8·(c >= 2),
  * weight row 2·(lane & 3) + (c & 1)). w: any valid address (the source of
  * masked copies). The caller syncs the block before gemv_tile_sum. */
-template <int NT, int HALVES>
+template <int NT, int HALVES, typename XT>
 __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
 					       int warp, int lane, const __nv_bfloat16 *w,
 					       const __nv_bfloat16 *const (&wr)[NT],
-					       const bool (&wok)[NT], const float *const (&xr)[HALVES],
+					       const bool (&wok)[NT], const XT *const (&xr)[HALVES],
 					       const bool (&xok)[HALVES], int K)
 {
 	constexpr int D = GEMV_RING_VECTORS / NT;
@@ -58,7 +92,7 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 			       ? (K - warp * GEMV_KSTEP + GEMV_KBLOCK - 1) / GEMV_KBLOCK * GEMV_U
 			       : 0;
 	float acc[NT][4];
-	float4 xn[HALVES][2];
+	gemv_x<XT> xn[HALVES];
 
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++)
@@ -86,7 +120,7 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 		issue(d);
 #pragma unroll
 	for (int h = 0; h < HALVES; h++)
-		gemv_load_x(xn[h], xr[h], xok[h] && nv > 0, kof(0), K);
+		xn[h].load(xr[h], xok[h] && nv > 0, kof(0), K);
 	for (int v = 0; v < nv; v++) {
 		uint32_t xa[HALVES][4];
 		uint4 wv[NT];
@@ -94,11 +128,8 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 		issue(v + D - 1);
 #pragma unroll
 		for (int h = 0; h < HALVES; h++) {
-			xa[h][0] = mma_pack_bf16(xn[h][0].x, xn[h][0].y);
-			xa[h][1] = mma_pack_bf16(xn[h][0].z, xn[h][0].w);
-			xa[h][2] = mma_pack_bf16(xn[h][1].x, xn[h][1].y);
-			xa[h][3] = mma_pack_bf16(xn[h][1].z, xn[h][1].w);
-			gemv_load_x(xn[h], xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
+			xn[h].pack(xa[h]);
+			xn[h].load(xr[h], xok[h] && v + 1 < nv, kof(v + 1), K);
 		}
 		cp_async_wait<D - 1>();
 #pragma unroll

@@ -198,6 +198,34 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v)
 	return __bfloat162float(v);
 }
 
+/* v stored into an f32 or bf16 tensor (bf16: nearest even, as the products
+ * round x): the out of an op that may write either. */
+__device__ __forceinline__ void narrow_to(float *p, float v)
+{
+	*p = v;
+}
+
+__device__ __forceinline__ void narrow_to(__nv_bfloat16 *p, float v)
+{
+	*p = __float2bfloat16_rn(v);
+}
+
+/* Four consecutive values at p + 4i (16- or 8-byte aligned). */
+__device__ __forceinline__ void narrow4_to(float *p, int64_t i, float4 v)
+{
+	reinterpret_cast<float4 *>(p)[i] = v;
+}
+
+__device__ __forceinline__ void narrow4_to(__nv_bfloat16 *p, int64_t i, float4 v)
+{
+	__nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+	uint2 u;
+
+	u.x = *reinterpret_cast<uint32_t *>(&lo);
+	u.y = *reinterpret_cast<uint32_t *>(&hi);
+	reinterpret_cast<uint2 *>(p)[i] = u;
+}
+
 /* Blocks of CUDA_THREADS for a grid-stride loop over n elements. */
 static inline unsigned cu_blocks(int64_t n)
 {
@@ -237,6 +265,9 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
 int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		const struct kt_tensor *w, const struct kt_tensor *bias);
+int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		  const struct kt_tensor *const *biases);
 int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_tensor *pos,
 	      const struct kt_tensor *inv_freq, int n_heads, int head_dim,
 	      const struct kt_tensor *norm_w, float eps);

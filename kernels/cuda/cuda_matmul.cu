@@ -20,7 +20,12 @@
  * runs in one product per call; more than max_tokens rows run in row chunks,
  * and a K larger than the workspace (a bf16 tensor not made by kt_weight) in
  * K chunks accumulated with beta = 1. f32 weights (kt_alloc'd) go straight to
- * an f32 product, no conversion.
+ * an f32 product, no conversion. A bf16 x (rmsnorm or swiglu wrote it
+ * rounded: matmul_x_bf16) skips the conversion: one product of all its
+ * rows, the same bits as the f32 x it was rounded from.
+ *
+ * matmul_n (the products of one x): one GEMV launch when the GEMV takes
+ * every weight, else the products one after another.
  *
  * Launch: to_bf16_kernel and bias_kernel are grid-stride loops over the
  * elements; the product is cuBLAS's choice, on the backend's stream with the
@@ -87,6 +92,18 @@ static int gemm_bf16_rows(struct cuda_backend *cu, float *y, const float *x,
 	return 0;
 }
 
+/* y = x · wᵀ for a bf16 x [T, K]: straight to the product. */
+static int gemm_bf16_x(struct cuda_backend *cu, float *y, const __nv_bfloat16 *x,
+		       const __nv_bfloat16 *w, int T, int N, int K)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	BLAS_CHECK(cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, CUDA_R_16BF,
+				K, x, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+				CUBLAS_GEMM_DEFAULT));
+	return 0;
+}
+
 static int add_bias(struct cuda_backend *cu, const struct kt_tensor *y,
 		    const struct kt_tensor *bias)
 {
@@ -105,7 +122,9 @@ static int add_bias(struct cuda_backend *cu, const struct kt_tensor *y,
 static bool matmul_args_ok(const struct kt_tensor *y, const struct kt_tensor *x,
 			   const struct kt_tensor *w, const struct kt_tensor *bias)
 {
-	if (!cu_valid(x, KT_F32) || !cu_float(w) || w->cols != x->cols)
+	if (!cu_float(w) || w->cols != x->cols)
+		return false;
+	if (!cu_valid(x, KT_F32) && !(cu_valid(x, KT_BF16) && w->dtype == KT_BF16))
 		return false;
 	if (!cu_shape(y, KT_F32, x->rows, w->rows))
 		return false;
@@ -136,6 +155,9 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 		return cuda_gemv(cu, y, x, w, bias);
 	if (!K)
 		CU_CHECK(cudaMemsetAsync(y->data, 0, kt_nbytes(y), cu->stream));
+	else if (x->dtype == KT_BF16)
+		rc = gemm_bf16_x(cu, (float *)y->data, (const __nv_bfloat16 *)x->data,
+				 (const __nv_bfloat16 *)w->data, (int)T, (int)N, (int)K);
 	else if (w->dtype == KT_F32)
 		rc = gemm_f32(cu, (float *)y->data, (const float *)x->data,
 			      (const float *)w->data, (int)T, (int)N, (int)K);
@@ -150,4 +172,32 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	if (rc || !bias)
 		return rc;
 	return add_bias(cu, y, bias);
+}
+
+int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		  const struct kt_tensor *const *biases)
+{
+	struct cuda_backend *cu = cu_of(be);
+
+	if (n < 1 || n > KT_MATMUL_MAX_N || !ys || !ws)
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (!ys[i] || !ws[i] || !matmul_args_ok(ys[i], x, ws[i], biases ? biases[i] : NULL))
+			return -EINVAL;
+		for (int j = 0; j < i; j++)
+			if (cu_overlap(ys[i], ys[j]))
+				return -EINVAL;
+	}
+	if (x->rows && x->cols && cuda_gemv_n_takes(n, x, ws, biases)) {
+		CU_CHECK(cu_enter(cu));
+		return cuda_gemv_n(cu, n, ys, x, ws, biases);
+	}
+	for (int i = 0; i < n; i++) {
+		int rc = cuda_matmul(be, ys[i], x, ws[i], biases ? biases[i] : NULL);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
 }

@@ -3,7 +3,9 @@
  * out = w * (x * 1/sqrt(var + eps)).
  *
  * Layout: out, x, residual [R, D] f32; w [1, D] f32 or bf16 (a weight as
- * kt_weight stores it).
+ * kt_weight stores it). rmsnorm's out may be bf16 instead (apart from x
+ * and residual): the f32 value rounded to nearest even as it is stored,
+ * the bits that the product reading it would have rounded it to.
  *
  * Launch: one block of CUDA_THREADS per row. Pass 1 adds the residual,
  * writes x and sums squares (per thread, then block_reduce); pass 2 writes
@@ -29,13 +31,14 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_reduce.cuh"
 
-template <typename W>
-__global__ void rmsnorm_kernel(float *out, float *x, const float *res, const W *w, int64_t D,
+template <typename W, typename O>
+__global__ void rmsnorm_kernel(O *out, float *x, const float *res, const W *w, int64_t D,
 			       float eps)
 {
 	__shared__ double part[32];
 	const int64_t off = blockIdx.x * D;
-	float *xr = x + off, *o = out + off;
+	float *xr = x + off;
+	O *o = out + off;
 	double ss = 0.0;
 	float inv;
 
@@ -51,7 +54,7 @@ __global__ void rmsnorm_kernel(float *out, float *x, const float *res, const W *
 	ss = block_reduce(ss, op_sum(), 0.0, part);
 	inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
 	for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-		o[d] = widen(w[d]) * (xr[d] * inv);
+		narrow_to(&o[d], widen(w[d]) * (xr[d] * inv));
 }
 
 /* float4s per thread of rmsnorm_vec_kernel. */
@@ -71,13 +74,14 @@ __device__ __forceinline__ float4 weights4(const __nv_bfloat16 *w, int64_t i)
 	return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
-template <typename W>
-__global__ void rmsnorm_vec_kernel(float *out, float *x, const float *res, const W *w,
+template <typename W, typename O>
+__global__ void rmsnorm_vec_kernel(O *out, float *x, const float *res, const W *w,
 				   int64_t D, float eps)
 {
 	__shared__ double part[32];
 	const int64_t off = blockIdx.x * D, D4 = D / 4;
-	float4 *xr = reinterpret_cast<float4 *>(x + off), *o = reinterpret_cast<float4 *>(out + off);
+	float4 *xr = reinterpret_cast<float4 *>(x + off);
+	O *o = out + off;
 	const float4 *rr = reinterpret_cast<const float4 *>(res + (res ? off : 0));
 	float4 v[NORM_VEC];
 	double ss = 0.0;
@@ -123,8 +127,8 @@ __global__ void rmsnorm_vec_kernel(float *out, float *x, const float *res, const
 		if (i < D4) {
 			const float4 g = weights4(w, i);
 
-			o[i] = make_float4(g.x * (v[j].x * inv), g.y * (v[j].y * inv),
-					   g.z * (v[j].z * inv), g.w * (v[j].w * inv));
+			narrow4_to(o, i, make_float4(g.x * (v[j].x * inv), g.y * (v[j].y * inv),
+						     g.z * (v[j].z * inv), g.w * (v[j].w * inv)));
 		}
 	}
 }
@@ -139,46 +143,64 @@ static bool vec_ok(const struct kt_tensor *out, const struct kt_tensor *x, const
 	return D % 4 == 0 && D <= NORM_VEC_MAX_D && a % 16 == 0;
 }
 
+template <typename O, typename W>
+static void launch_rmsnorm(struct cuda_backend *cu, bool vec, O *out, float *x, const float *res,
+			   const W *w, int64_t R, int64_t D, float eps)
+{
+	if (vec)
+		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(out, x, res, w, D,
+										  eps);
+	else
+		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(out, x, res, w, D, eps);
+}
+
+template <typename O>
+static void launch_rmsnorm(struct cuda_backend *cu, bool vec, O *out, float *x, const float *res,
+			   const struct kt_tensor *w, int64_t R, int64_t D, float eps)
+{
+	if (w->dtype == KT_BF16)
+		launch_rmsnorm(cu, vec, out, x, res, (const __nv_bfloat16 *)w->data, R, D, eps);
+	else
+		launch_rmsnorm(cu, vec, out, x, res, (const float *)w->data, R, D, eps);
+}
+
 int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
 {
 	struct cuda_backend *cu = cu_of(be);
 	int64_t R, D;
 	const float *res;
+	bool out16, vec;
 
 	if (!cu_valid(x, KT_F32))
 		return -EINVAL;
 	R = x->rows;
 	D = x->cols;
-	if (!cu_shape(out, KT_F32, R, D) || !cu_float(w) || w->rows != 1 || w->cols != D)
+	out16 = out && out->dtype == KT_BF16;
+	if (!cu_shape(out, out16 ? KT_BF16 : KT_F32, R, D) || !cu_float(w) || w->rows != 1 ||
+	    w->cols != D)
 		return -EINVAL;
 	if (residual && !cu_shape(residual, KT_F32, R, D))
 		return -EINVAL;
 	if (!cu_same_or_apart(out, x) ||
 	    (residual && (!cu_same_or_apart(out, residual) || !cu_same_or_apart(x, residual))))
 		return -EINVAL;
+	if (out16 && (cu_overlap(out, x) || (residual && cu_overlap(out, residual))))
+		return -EINVAL;
 	if (!(eps >= 0.0f) || R > INT32_MAX)
 		return -EINVAL;
 	if (!R || !D)
 		return 0;
 	res = residual ? (const float *)residual->data : NULL;
+	/* vec_ok wants out 16-byte aligned; a bf16 row of out then starts
+	 * 8-byte aligned (D % 4 == 0), what narrow4_to's stores need */
+	vec = vec_ok(out, x, res, w, D);
 	CU_CHECK(cu_enter(cu));
-	if (vec_ok(out, x, res, w, D) && w->dtype == KT_BF16)
-		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (float *)x->data, res,
-			(const __nv_bfloat16 *)w->data, D, eps);
-	else if (vec_ok(out, x, res, w, D))
-		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (float *)x->data, res, (const float *)w->data, D,
-			eps);
-	else if (w->dtype == KT_BF16)
-		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (float *)x->data, res,
-			(const __nv_bfloat16 *)w->data, D, eps);
+	if (out16)
+		launch_rmsnorm(cu, vec, (__nv_bfloat16 *)out->data, (float *)x->data, res, w, R, D,
+			       eps);
 	else
-		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (float *)x->data, res, (const float *)w->data, D,
-			eps);
+		launch_rmsnorm(cu, vec, (float *)out->data, (float *)x->data, res, w, R, D, eps);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -10,7 +10,9 @@
  * units, NMSE 1e-12, and a case with larger outputs scales max_abs with them.
  * sigmoid_mul: x / (1 + e^-g) in double within 1e-6 of |ref| (expf, one
  * add, a division and a product: a few ulps); against the cpu max_abs 2e-6
- * on outputs below 2 (the device's expf), NMSE 1e-12.
+ * on outputs below 2 (the device's expf), NMSE 1e-12. swiglu into a bf16
+ * out runs beside an f32 out on the same backend and must be it rounded,
+ * bit for bit, and within a bf16 rounding (1/256) of the double.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +25,7 @@ struct swiglu_params {
 	bool in_place;   /* out = gate */
 	bool halves;     /* up NULL: gate [T, 2I] holds gate | up per row */
 	double pair_tol; /* max_abs against the cpu; 0: 4e-6 */
+	bool bf16_out;   /* out bf16, run beside an f32 out: the f32 out rounded, bitwise */
 };
 
 struct ew_in {
@@ -64,19 +67,30 @@ static void *swiglu_run(struct op_run *r, const void *params, const void *input,
 	const struct swiglu_params *p = params;
 	const struct ew_in *in = input;
 	struct ew_out *o = op_alloc(r, sizeof(*o));
+	const enum kt_dtype odt = p->bf16_out ? KT_BF16 : KT_F32;
 	if (p->halves) {
 		struct kt_tensor gu = op_tensor(r, b, KT_F32, p->T, 2 * (int64_t)p->I, in->gu);
-		struct kt_tensor out = op_tensor(r, b, KT_F32, p->T, p->I, NULL);
+		struct kt_tensor out = op_tensor(r, b, odt, p->T, p->I, NULL);
 		o->rc = kt_swiglu(b->be, &out, &gu, NULL);
 		o->out = op_get(r, b, &out);
+		if (p->bf16_out) {
+			struct kt_tensor out32 = op_tensor(r, b, KT_F32, p->T, p->I, NULL);
+			o->rc2 = kt_swiglu(b->be, &out32, &gu, NULL);
+			o->out2 = op_get(r, b, &out32);
+		}
 		return o;
 	}
 	struct kt_tensor g = op_tensor(r, b, KT_F32, p->T, p->I, in->a);
 	struct kt_tensor u = op_tensor(r, b, KT_F32, p->T, p->I, in->b);
-	struct kt_tensor out = p->in_place ? g : op_tensor(r, b, KT_F32, p->T, p->I, NULL);
+	struct kt_tensor out = p->in_place ? g : op_tensor(r, b, odt, p->T, p->I, NULL);
 
 	o->rc = kt_swiglu(b->be, &out, &g, &u);
 	o->out = op_get(r, b, &out);
+	if (p->bf16_out) {
+		struct kt_tensor out32 = op_tensor(r, b, KT_F32, p->T, p->I, NULL);
+		o->rc2 = kt_swiglu(b->be, &out32, &g, &u);
+		o->out2 = op_get(r, b, &out32);
+	}
 	return o;
 }
 
@@ -90,7 +104,14 @@ static void swiglu_check(struct op_run *r, const void *params, const void *input
 	double *ref;
 
 	op_check_rc(r, g->rc, 0, "swiglu runs");
-	if (c) {
+	if (p->bf16_out) {
+		float *rounded = op_dup(r, g->out2, n * sizeof(float));
+
+		op_check_rc(r, g->rc2, 0, "swiglu into f32 runs");
+		op_round_bf16(rounded, n);
+		op_check_bits(r, g->out, rounded, n, "bf16 out equal to the f32 out rounded");
+	}
+	if (c && !p->bf16_out) {
 		op_check_close(r, g->out, c->out, n, p->pair_tol > 0 ? p->pair_tol : 4e-6, 1e-12,
 			       "out against the cpu");
 		return;
@@ -98,7 +119,8 @@ static void swiglu_check(struct op_run *r, const void *params, const void *input
 	ref = op_doubles(r, n);
 	for (size_t i = 0; i < n; i++)
 		ref[i] = in->a[i] / (1.0 + exp(-(double)in->a[i])) * in->b[i];
-	op_check_rel(r, g->out, ref, NULL, n, 1e-5, "out against silu(gate) · up in double");
+	op_check_rel(r, g->out, ref, NULL, n, p->bf16_out ? 1.0 / 256 : 1e-5,
+		     "out against silu(gate) · up in double");
 }
 
 static const struct op_family swiglu = { swiglu_build, swiglu_run, swiglu_check, false };
@@ -343,6 +365,12 @@ static const struct op_case cases[] = {
 	SWIGLU("swiglu T=33 I=129 gate 6", .T = 33, .I = 129, .mag = 6.0f),
 	SWIGLU("swiglu halves T=1 I=768 gate 6", .T = 1, .I = 768, .mag = 6.0f, .halves = true),
 	SWIGLU("swiglu halves T=37 I=129 gate 6", .T = 37, .I = 129, .mag = 6.0f, .halves = true),
+	SWIGLU("swiglu into bf16 T=1 I=12288 gate 6", .T = 1, .I = 12288, .mag = 6.0f,
+	       .bf16_out = true),
+	SWIGLU("swiglu into bf16 T=40 I=1000 gate 20", .T = 40, .I = 1000, .mag = 20.0f,
+	       .bf16_out = true),
+	SWIGLU("swiglu halves into bf16 T=37 I=129 gate 6", .T = 37, .I = 129, .mag = 6.0f,
+	       .halves = true, .bf16_out = true),
 	SWIGLU("swiglu T=33 I=129 gate 6 in place", .T = 33, .I = 129, .mag = 6.0f,
 	       .in_place = true),
 	ADD("add R=5 D=333", .R = 5, .D = 333),

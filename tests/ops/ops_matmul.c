@@ -15,6 +15,9 @@
  * significand) and the cpu does not: NMSE <= 1e-4. Both cuda paths are hit:
  * the GEMV (bf16 w, T <= CUDA_GEMV_MAX_T, K % 8 == 0) at every T up to its
  * bound and past it, and cuBLAS for the rest, with rows past max_tokens.
+ * x handed over as a bf16 tensor (what rmsnorm and swiglu write for a
+ * backend with matmul_x_bf16) must give y bit for bit as the same values
+ * in an f32 tensor, on every path.
  */
 #include <assert.h>
 #include <errno.h>
@@ -36,6 +39,7 @@ struct mm_params {
 	int T, K, N;
 	enum mm_w w;
 	bool x_bf16; /* x bf16-exact */
+	bool x_tensor_bf16; /* and handed over as a bf16 tensor (with a bf16 w) */
 	enum mm_bias bias;
 };
 
@@ -44,8 +48,8 @@ struct mm_in {
 };
 
 struct mm_out {
-	int rc;
-	float *y;
+	int rc, rc32;
+	float *y, *y32; /* y32: with x_tensor_bf16, y of the same x as an f32 tensor */
 };
 
 static void *mm_build(struct op_run *r, const void *params, const struct op_backend *target)
@@ -92,6 +96,14 @@ static void *mm_run(struct op_run *r, const void *params, const void *input,
 		bias = op_weight_bf16(r, b, in->bias, 1, p->N);
 	else
 		bias = op_tensor(r, b, KT_F32, 1, p->N, in->bias);
+	if (p->x_tensor_bf16) {
+		struct kt_tensor x16 = op_tensor(r, b, KT_BF16, p->T, p->K, in->x);
+		struct kt_tensor y32 = op_tensor(r, b, KT_F32, p->T, p->N, NULL);
+
+		o->rc32 = kt_matmul(b->be, &y32, &x, &w, p->bias ? &bias : NULL);
+		o->y32 = op_get(r, b, &y32);
+		x = x16;
+	}
 	o->rc = kt_matmul(b->be, &y, &x, &w, p->bias ? &bias : NULL);
 	o->y = op_get(r, b, &y);
 	return o;
@@ -130,6 +142,10 @@ static void mm_check(struct op_run *r, const void *params, const void *input, co
 	double *ref = op_doubles(r, n), *scale = op_doubles(r, n);
 
 	op_check_rc(r, g->rc, 0, "matmul runs");
+	if (p->x_tensor_bf16) {
+		op_check_rc(r, g->rc32, 0, "matmul of the f32 x runs");
+		op_check_bits(r, g->y, g->y32, n, "y of bf16 x equal to y of the same f32 x");
+	}
 	if (c && p->w != W_F32 && !p->x_bf16) {
 		op_check_close(r, g->y, c->y, n, INFINITY, 1e-4,
 			       "y against the cpu (x rounded to bf16 on one side only)");
@@ -387,6 +403,16 @@ static const struct op_case cases[] = {
 	   .w = W_BF16, .x_bf16 = true, .bias = BIAS_F32),
 	MM("matmul T=16 K=520 N=9000 w bf16 x bf16", .T = 16, .K = 520, .N = 9000, .w = W_BF16,
 	   .x_bf16 = true),
+	MM("matmul T=1 K=4096 N=6144 w bf16 x in a bf16 tensor (decode GEMV)", .T = 1, .K = 4096,
+	   .N = 6144, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true),
+	MM("matmul T=16 K=1024 N=3000 w bf16 x in a bf16 tensor +bias bf16 (GEMV tile of 16)",
+	   .T = 16, .K = 1024, .N = 3000, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true,
+	   .bias = BIAS_BF16),
+	MM("matmul T=64 K=1000 N=777 w bf16 x in a bf16 tensor +bias (cuBLAS)", .T = 64,
+	   .K = 1000, .N = 777, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true,
+	   .bias = BIAS_F32),
+	MM("matmul T=max_tokens+3 K=512 N=96 w bf16 x in a bf16 tensor", .T = OP_MAX_TOKENS + 3,
+	   .K = 512, .N = 96, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true),
 	MM("matmul T=1 K=8 N=1 w bf16 x bf16 +bias bf16", .T = 1, .K = 8, .N = 1, .w = W_BF16,
 	   .x_bf16 = true, .bias = BIAS_BF16),
 	MM("matmul T=9 K=2048 N=3001 w bf16", .T = 9, .K = 2048, .N = 3001, .w = W_BF16),

@@ -8,7 +8,8 @@
  * f32 ulps of outputs of a few units: the sums of squares are added in
  * another order), NMSE 1e-12; x after the residual add bitwise (one f32
  * addition either way). Shapes: one row, odd widths, 257 rows, every
- * model's hidden sizes, a per-head norm's [40, 128].
+ * model's hidden sizes, a per-head norm's [40, 128]. rmsnorm into a bf16
+ * out: the f32 out rounded, bit for bit (norm16).
  */
 #include <errno.h>
 #include <math.h>
@@ -69,6 +70,28 @@ static void *norm_run(struct op_run *r, const void *params, const void *input,
 	return o;
 }
 
+/* The norm in double: xref = x (+ residual), ref = w · xref / rms(xref). */
+static void norm_reference(const struct norm_params *p, const struct norm_in *in, double *ref,
+			   double *xref)
+{
+	for (int i = 0; i < p->R; i++) {
+		double ss = 0.0;
+
+		for (int d = 0; d < p->D; d++) {
+			size_t at = (size_t)i * p->D + d;
+			double v = (double)in->x[at] + (p->residual ? in->res[at] : 0.0);
+
+			xref[at] = v;
+			ss += v * v;
+		}
+		for (int d = 0; d < p->D; d++) {
+			size_t at = (size_t)i * p->D + d;
+
+			ref[at] = in->w[d] * xref[at] / sqrt(ss / p->D + eps);
+		}
+	}
+}
+
 static void norm_check(struct op_run *r, const void *params, const void *input, const void *got,
 		       const void *cpu)
 {
@@ -88,28 +111,65 @@ static void norm_check(struct op_run *r, const void *params, const void *input, 
 	}
 	ref = op_doubles(r, n);
 	xref = op_doubles(r, n);
-	for (int i = 0; i < p->R; i++) {
-		double ss = 0.0;
-
-		for (int d = 0; d < p->D; d++) {
-			size_t at = (size_t)i * p->D + d;
-			double v = (double)in->x[at] + (p->residual ? in->res[at] : 0.0);
-
-			xref[at] = v;
-			ss += v * v;
-		}
-		for (int d = 0; d < p->D; d++) {
-			size_t at = (size_t)i * p->D + d;
-
-			ref[at] = in->w[d] * xref[at] / sqrt(ss / p->D + eps);
-		}
-	}
+	norm_reference(p, in, ref, xref);
 	op_check_rel(r, g->out, ref, NULL, n, 1e-5, "out against the row in double");
 	if (p->residual && !p->in_place)
 		op_check_rel(r, g->x, xref, NULL, n, 1e-7, "x after x += residual");
 }
 
 static const struct op_family norm = { norm_build, norm_run, norm_check, false };
+
+/* rmsnorm into a bf16 out (a model's input of bf16 products): run twice
+ * on fresh copies of x, into bf16 and into f32. The bf16 out must be the
+ * f32 out rounded to nearest even, bit for bit (what makes handing a
+ * product bf16 x exact), and within a bf16 rounding of the row in double. */
+struct norm16_out {
+	int rc, rc32;
+	float *out, *out32, *x;
+};
+
+static void *norm16_run(struct op_run *r, const void *params, const void *input,
+			const struct op_backend *b)
+{
+	const struct norm_params *p = params;
+	const struct norm_in *in = input;
+	struct norm16_out *o = op_alloc(r, sizeof(*o));
+	struct kt_tensor x = op_tensor(r, b, KT_F32, p->R, p->D, in->x);
+	struct kt_tensor x32 = op_tensor(r, b, KT_F32, p->R, p->D, in->x);
+	struct kt_tensor res = op_tensor(r, b, KT_F32, p->R, p->D, in->res);
+	struct kt_tensor w = p->bf16_w ? op_weight_bf16(r, b, in->w, 1, p->D)
+				       : op_tensor(r, b, KT_F32, 1, p->D, in->w);
+	struct kt_tensor out = op_tensor(r, b, KT_BF16, p->R, p->D, NULL);
+	struct kt_tensor out32 = op_tensor(r, b, KT_F32, p->R, p->D, NULL);
+
+	o->rc = kt_rmsnorm(b->be, &out, &x, p->residual ? &res : NULL, &w, eps);
+	o->rc32 = kt_rmsnorm(b->be, &out32, &x32, p->residual ? &res : NULL, &w, eps);
+	o->out = op_get(r, b, &out);
+	o->out32 = op_get(r, b, &out32);
+	o->x = op_get(r, b, &x);
+	return o;
+}
+
+static void norm16_check(struct op_run *r, const void *params, const void *input,
+			 const void *got, const void *cpu)
+{
+	const struct norm_params *p = params;
+	const struct norm_in *in = input;
+	const struct norm16_out *g = got;
+	size_t n = (size_t)p->R * p->D;
+	float *rounded = op_dup(r, g->out32, n * sizeof(float));
+	double *ref = op_doubles(r, n);
+
+	(void)cpu;
+	op_check_rc(r, g->rc, 0, "rmsnorm into bf16 runs");
+	op_check_rc(r, g->rc32, 0, "rmsnorm into f32 runs");
+	op_round_bf16(rounded, n);
+	op_check_bits(r, g->out, rounded, n, "bf16 out equal to the f32 out rounded");
+	norm_reference(p, in, ref, op_doubles(r, n));
+	op_check_rel(r, g->out, ref, NULL, n, 1.0 / 256, "bf16 out against the row in double");
+}
+
+static const struct op_family norm16 = { norm_build, norm16_run, norm16_check, false };
 
 /* rmsnorm_gated: reference (w · x / rms(x)) · z / (1 + e^-z) in double,
  * out within 1e-5 of |ref| (the norm's, then silu's expf and two more
@@ -226,6 +286,8 @@ static void norm_fault_check(struct op_run *r, const void *params, const void *i
 static const struct op_family norm_fault = { NULL, norm_fault_run, norm_fault_check, true };
 
 #define NORM(name, ...) { name, "rmsnorm", &norm, &(const struct norm_params){ __VA_ARGS__ } }
+#define NORM16(name, ...) \
+	{ name, "rmsnorm", &norm16, &(const struct norm_params){ __VA_ARGS__ } }
 #define FAULT(name, f) \
 	{ name, "rmsnorm", &norm_fault, &(const struct norm_fault_params){ f } }
 #define GATED(name, ...) \
@@ -253,6 +315,14 @@ static const struct op_case cases[] = {
 	NORM("rmsnorm R=2 D=8194 +residual (wider than the vector kernel)", .R = 2, .D = 8194,
 	     .mag = 1.0f, .residual = true),
 	NORM("rmsnorm R=1 D=1", .R = 1, .D = 1, .mag = 1.0f),
+	NORM16("rmsnorm into bf16 R=1 D=4096 +residual w bf16 (decode)", .R = 1, .D = 4096,
+	       .mag = 3.0f, .residual = true, .bf16_w = true),
+	NORM16("rmsnorm into bf16 R=257 D=1024 +residual w bf16", .R = 257, .D = 1024,
+	       .mag = 3.0f, .residual = true, .bf16_w = true),
+	NORM16("rmsnorm into bf16 R=3 D=77 small (the plain kernel)", .R = 3, .D = 77,
+	       .mag = 1e-3f),
+	NORM16("rmsnorm into bf16 R=2 D=8196 +residual (wider than the vector kernel)", .R = 2,
+	       .D = 8196, .mag = 1.0f, .residual = true),
 	FAULT("rmsnorm: w of other columns", W_COLS),
 	FAULT("rmsnorm: out of other rows", OUT_ROWS),
 	FAULT("rmsnorm: residual of other rows", RESIDUAL_ROWS),

@@ -39,6 +39,7 @@
 	X(ops_norm) \
 	X(ops_matmul) \
 	X(ops_matmul_isa) \
+	X(ops_matmul_n) \
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \

@@ -47,6 +47,12 @@ struct dense_scratch {
 	struct kt_tensor k, v;          /* [max_tokens, Hkv*D] */
 	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
 	struct kt_tensor gate, up;      /* [max_tokens, I] */
+	/* bf16 inputs of a dense block's products, allocated when the backend
+	 * rounds x to bf16 itself (matmul_x_bf16): the norms and swiglu write
+	 * the rounded values once instead of every product rounding them again,
+	 * and the products read half the bytes. The same bits either way. */
+	struct kt_tensor xnb;           /* [max_tokens, E] bf16 */
+	struct kt_tensor act;           /* [max_tokens, I] bf16: silu(gate) * up */
 	struct kt_tensor out_h;         /* [max_out, E] final hidden rows that get logits */
 	struct kt_tensor inv_freq;      /* [1, R/2] rotary inverse frequencies (R = rope_dim) */
 };

@@ -4,7 +4,7 @@
  *
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)
- *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)
+ *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)   (one matmul_n)
  *               q, k = rotary (after an rmsnorm per head in Qwen3)
  *               store k, v in the paged cache; att = attention(q, cache)
  *               proj = att · Woᵀ
@@ -15,7 +15,10 @@
  *
  * The residual add is the fused first half of the rmsnorm op, so the residual
  * stream x is touched once per block. Every buffer is a row view of the
- * scratch sized at load: nothing is allocated here.
+ * scratch sized at load: nothing is allocated here. On a backend that rounds
+ * x to bf16 for its products (matmul_x_bf16), a dense block's xn and
+ * silu(gate) * up are written in bf16 (xnb, act); an MoE block's xn stays
+ * f32 for its router.
  */
 #include "engine/model/dense/dense.h"
 
@@ -53,6 +56,10 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	    (rc = model_alloc(m, KT_F32, t, in, &s->up, "up", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, m->max_out, e, &s->out_h, "out_h", err, errlen)))
 		return rc;
+	if (m->be->info.matmul_x_bf16 &&
+	    ((rc = model_alloc(m, KT_BF16, t, e, &s->xnb, "xnb", err, errlen)) ||
+	     (in && (rc = model_alloc(m, KT_BF16, t, in, &s->act, "act", err, errlen)))))
+		return rc;
 	return model_rope_table(m, &s->inv_freq, err, errlen);
 }
 
@@ -60,7 +67,7 @@ void dense_free_scratch(struct model *m, struct dense_model *d)
 {
 	struct dense_scratch *s = &d->s;
 	struct kt_tensor *all[] = { &s->x, &s->xn, &s->proj, &s->q, &s->k, &s->v, &s->att,
-				    &s->gate, &s->up, &s->out_h, &s->inv_freq };
+				    &s->gate, &s->up, &s->xnb, &s->act, &s->out_h, &s->inv_freq };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
@@ -81,9 +88,10 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	const struct kt_tensor q = kt_rows(sc->q, 0, T), k = kt_rows(sc->k, 0, T);
 	const struct kt_tensor v = kt_rows(sc->v, 0, T), att = kt_rows(sc->att, 0, T);
 
-	TRY(model_project(be, b, &q, xn, &w->wq, opt(&w->bq)));
-	TRY(model_project(be, b, &k, xn, &w->wk, opt(&w->bk)));
-	TRY(model_project(be, b, &v, xn, &w->wv, opt(&w->bv)));
+	const struct kt_tensor *qkv[] = { &q, &k, &v }, *wqkv[] = { &w->wq, &w->wk, &w->wv };
+	const struct kt_tensor *bqkv[] = { opt(&w->bq), opt(&w->bk), opt(&w->bv) };
+
+	TRY(model_project_n(be, b, 3, qkv, xn, wqkv, bqkv));
 	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
 		    c->rms_norm_eps));
 	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
@@ -103,14 +111,42 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens;
 	const struct kt_tensor gate = kt_rows(dm->s.gate, 0, T), up = kt_rows(dm->s.up, 0, T);
+	const struct kt_tensor act = dm->s.act.data ? kt_rows(dm->s.act, 0, T) : gate;
 
 	if (m->cfg.layers[l].mlp == MODEL_MLP_MOE)
 		return moe_forward(m, &w->moe, &dm->moe, b, xn, proj);
 
-	TRY(model_project(be, b, &gate, xn, &w->w_gate, opt(&w->b_gate)));
-	TRY(model_project(be, b, &up, xn, &w->w_up, opt(&w->b_up)));
-	TRY(kt_swiglu(be, &gate, &gate, &up));
-	TRY(model_project(be, b, proj, &gate, &w->w_down, opt(&w->b_down)));
+	const struct kt_tensor *gu[] = { &gate, &up }, *wgu[] = { &w->w_gate, &w->w_up };
+	const struct kt_tensor *bgu[] = { opt(&w->b_gate), opt(&w->b_up) };
+
+	TRY(model_project_n(be, b, 2, gu, xn, wgu, bgu));
+	TRY(kt_swiglu(be, &act, &gate, &up));
+	TRY(model_project(be, b, proj, &act, &w->w_down, opt(&w->b_down)));
+	return 0;
+}
+
+/* The decoder layers over the embedded rows in x: each block's input
+ * normed into xn, or into xnb where the block's products take it in bf16;
+ * the last block's output is left in proj. */
+static int decoder_layers(struct model *m, const struct model_step *s,
+			  const struct kt_tensor *x, const struct kt_tensor *xn,
+			  const struct kt_tensor *proj)
+{
+	const struct model_config *c = &m->cfg;
+	struct dense_model *dm = m->family_data;
+	struct kt_backend *be = m->be;
+	const float eps = c->rms_norm_eps;
+	const struct kt_tensor xnb = dm->s.xnb.data ? kt_rows(dm->s.xnb, 0, s->batch.n_tokens)
+						    : *xn;
+
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct kt_tensor *mlp_in = c->layers[l].mlp == MODEL_MLP_MOE ? xn : &xnb;
+
+		TRY(kt_rmsnorm(be, &xnb, x, l ? proj : NULL, &dm->layers[l].attn_norm, eps));
+		TRY(attention_block(m, l, s, c->layers[l].cache, &xnb, proj));
+		TRY(kt_rmsnorm(be, mlp_in, x, proj, &dm->layers[l].ffn_norm, eps));
+		TRY(mlp_block(m, l, &s->batch, mlp_in, proj));
+	}
 	return 0;
 }
 
@@ -134,13 +170,7 @@ int dense_forward(struct model *m, const struct model_step *s)
 	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
 
 	TRY(kt_embed(be, &x, &dm->embed, &s->ids));
-	for (int l = 0; l < c->n_layers; l++) {
-		const int kv = c->layers[l].cache;
-		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
-		TRY(attention_block(m, l, s, kv, &xn, &proj));
-		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
-		TRY(mlp_block(m, l, b, &xn, &proj));
-	}
+	TRY(decoder_layers(m, s, &x, &xn, &proj));
 	/* The last norm: into s->hidden when an MTP head reads it. */
 	const struct kt_tensor fin = s->hidden.data ? kt_rows(s->hidden, 0, T) : xn;
 	TRY(kt_rmsnorm(be, &fin, &x, &proj, &dm->final_norm, eps));
@@ -181,12 +211,7 @@ int dense_head_forward(struct model *m, const struct model_step *s)
 	const struct kt_tensor out_logits = kt_rows(s->logits, 0, n_out);
 
 	TRY(model_head_input_run(m, hd, &dm->embed, s, &x));
-	for (int l = 0; l < c->n_layers; l++) {
-		TRY(kt_rmsnorm(be, &xn, &x, l ? &proj : NULL, &dm->layers[l].attn_norm, eps));
-		TRY(attention_block(m, l, s, c->layers[l].cache, &xn, &proj));
-		TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->layers[l].ffn_norm, eps));
-		TRY(mlp_block(m, l, b, &xn, &proj));
-	}
+	TRY(decoder_layers(m, s, &x, &xn, &proj));
 	TRY(kt_rmsnorm(be, &xn, &x, &proj, &dm->final_norm, eps));
 	if (n_out == 0)
 		return 0;

@@ -1,0 +1,137 @@
+#!/bin/sh
+# Changes measured before and after, on one GPU machine. The working tree
+# is the last side; each side before it has one more of the PATCHES
+# reversed (PATCHES: files of `git diff` output, comma separated, oldest
+# change first). Through the device tool, from the repository root, with
+# the patches in an ignored folder:
+#
+#   git diff A B -- kernels engine tests/ops > .ab/1.patch         (here)
+#   git diff B HEAD -- kernels engine tests/ops > .ab/2.patch
+#   run: sh tools/gpu-ab.sh .ab/1.patch,.ab/2.patch build    carry: .devdeps .ab
+#   run: sh tools/gpu-ab.sh .ab/1.patch,.ab/2.patch same     (the same warm machine)
+#   run: sh tools/gpu-ab.sh .ab/1.patch,.ab/2.patch bench SHAPE...
+#
+# build: every side with the CUDA backend, side by side (side 0, all the
+#        patches reversed, in $AB_DIR/0; the working tree's own build-gpu
+#        is the last side).
+# same:  whether the changes keep every result: on each model of AB_MODELS
+#        (tests/fidelity/models), the logits of a prompt of 8 tokens (the
+#        GEMV path) and of 40 (cuBLAS), and 32 greedy tokens, compared bit
+#        for bit between side 0 and the last side on cuda; then the op cases
+#        on cuda (test_ops) and the speculative decoding invariants
+#        (test_spec, the MTP head's forward pass too) of the last side.
+# bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
+#        AB_BENCH's options, every side in turn, twice: the second round
+#        shows the drift of the machine. CSVs to $OUT as
+#        ab-SHAPE-SIDE-ROUND.csv.
+#
+# A machine keeps /tmp and ignored build folders between calls while it is
+# warm; a cold one needs build again. Exit status: the number of failures.
+set -u
+patches=${1:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench [SHAPE...]}
+phase=${2:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench [SHAPE...]}
+shift 2
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"
+out=${OUT:-/tmp}
+dir=${AB_DIR:-/tmp/atlas-ab}
+models=${AB_MODELS:-qwen3_bf16_mha_untied qwen3_f32_mtp qwen3moe_bf16_v5 llama_f32_gqa_llama3_bias}
+bench_opts=${AB_BENCH:---prompt-tokens 2048,8192 --batch 1,8,64 --context 0 --gen-tokens 128}
+[ -f .devdeps/activate.sh ] && . .devdeps/activate.sh
+n=$(echo "$patches" | tr ',' '\n' | wc -l)
+failed=0
+
+# The source folder of side i (0 .. n).
+side_dir() {
+	if [ "$1" -eq "$n" ]; then echo "$src"; else echo "$dir/$1"; fi
+}
+
+build_side() {
+	(cd "$(side_dir "$1")" && { [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled; } &&
+		ninja -C build-gpu) >"$out/build-$1.log" 2>&1 ||
+		{ grep -E "error" "$out/build-$1.log" | head -20; return 1; }
+}
+
+case $phase in
+build)
+	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+	rm -rf "$dir"
+	i=0
+	while [ $i -lt "$n" ]; do
+		mkdir -p "$dir/$i"
+		tar cf - --exclude=./build-gpu --exclude=./.ab --exclude=./.train-data . |
+			tar xf - -C "$dir/$i"
+		# side i: the patches after the i-th reversed, newest first
+		for p in $(echo "$patches" | tr ',' '\n' | tail -n $((n - i)) | tac); do
+			(cd "$dir/$i" && patch -R -p1 -s) <"$p" ||
+				{ echo "gpu-ab: $p does not reverse on side $i"; exit 99; }
+		done
+		i=$((i + 1))
+	done
+	pids=
+	i=0
+	while [ $i -le "$n" ]; do
+		build_side $i &
+		pids="$pids $!"
+		i=$((i + 1))
+	done
+	for p in $pids; do
+		wait "$p" || failed=$((failed + 1))
+	done
+	ls -l "$dir"/*/build-gpu/tools/atlas build-gpu/tools/atlas
+	;;
+same)
+	short=1,2,3,4,5,6,7,8
+	long=$(seq -s, 11 50)
+	for m in $models; do
+		d=tests/fidelity/models/$m
+		for side in 0 "$n"; do
+			b=$(side_dir "$side")/build-gpu
+			for seq in short long; do
+				eval ids=\$$seq
+				$b/tools/atlas logits --model $d --tokens "$ids" -o backend=cuda \
+					-o log_level=warn --out "$out/logits-$m-$seq-$side.f32" ||
+					failed=$((failed + 1))
+			done
+			$b/tools/atlas generate --model $d --mode raw --temperature 0 --max-tokens 32 \
+				--tokens 5,6,7 --ids -o backend=cuda -o log_level=warn \
+				>"$out/greedy-$m-$side.txt" 2>&1 || failed=$((failed + 1))
+		done
+		for f in logits-$m-short.f32 logits-$m-long.f32 greedy-$m.txt; do
+			a=$out/${f%.*}-0.${f##*.}
+			b=$out/${f%.*}-$n.${f##*.}
+			cmp -s "$a" "$b" && echo "$f: equal" ||
+				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
+		done
+	done
+	build-gpu/tests/ops/test_ops cuda >"$out/ops-cuda.log" 2>&1 || failed=$((failed + 1))
+	grep -E "FAILED|cases on" "$out/ops-cuda.log"
+	ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_spec tests/fidelity/models/qwen3_f32_mtp \
+		tests/fidelity/models/qwen3_bf16_mha_untied >"$out/spec-cuda.log" 2>&1 ||
+		failed=$((failed + 1))
+	grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/spec-cuda.log"
+	;;
+bench)
+	[ $# -gt 0 ] || set -- qwen3-0.6b
+	for s in "$@"; do
+		for round in 1 2; do
+			i=0
+			while [ $i -le "$n" ]; do
+				echo
+				echo "== $s, side $i, round $round"
+				# shellcheck disable=SC2086
+				"$(side_dir $i)"/build-gpu/tools/atlas bench --dummy-weights \
+					--arch "${s%%-*}" --shape "${s#*-}" -o chunk_size=2048 \
+					-o log_level=warn $bench_opts \
+					--csv-out "$out/ab-$s-$i-$round.csv" || failed=$((failed + 1))
+				i=$((i + 1))
+			done
+		done
+	done
+	;;
+*)
+	echo "gpu-ab.sh: unknown phase $phase" >&2
+	exit 2
+	;;
+esac
+exit $failed
