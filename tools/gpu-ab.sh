@@ -21,8 +21,8 @@
 #        on cuda (test_ops) and the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) of the last side.
 # bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
-#        AB_BENCH's options, every side in turn, twice: the second round
-#        shows the drift of the machine. CSVs to $OUT as
+#        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
+#        second round shows the drift of the machine). CSVs to $OUT as
 #        ab-SHAPE-SIDE-ROUND.csv.
 #
 # A machine keeps /tmp and ignored build folders between calls while it is
@@ -114,7 +114,7 @@ same)
 bench)
 	[ $# -gt 0 ] || set -- qwen3-0.6b
 	for s in "$@"; do
-		for round in 1 2; do
+		for round in $(seq "${AB_ROUNDS:-2}"); do
 			i=0
 			while [ $i -le "$n" ]; do
 				echo
