@@ -106,9 +106,9 @@ same)
 	done
 	build-gpu/tests/ops/test_ops cuda >"$out/ops-cuda.log" 2>&1 || failed=$((failed + 1))
 	grep -E "FAILED|cases on" "$out/ops-cuda.log"
-	ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_spec tests/fidelity/models/qwen3_f32_mtp \
-		tests/fidelity/models/qwen3_bf16_mha_untied >"$out/spec-cuda.log" 2>&1 ||
-		failed=$((failed + 1))
+	ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
+		tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
+		tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
 	grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/spec-cuda.log"
 	;;
 bench)
