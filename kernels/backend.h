@@ -57,6 +57,14 @@ static inline size_t kt_nbytes(const struct kt_tensor *t)
 	return (size_t)t->rows * (size_t)t->cols * kt_dtype_size(t->dtype);
 }
 
+/* The byte ranges of a and b intersect (any backend: one address space of
+ * its memory). */
+static inline bool kt_overlap(const struct kt_tensor *a, const struct kt_tensor *b)
+{
+	const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
+	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
+}
+
 /* Rows [r0, r0 + n) of t, sharing its memory. */
 static inline struct kt_tensor kt_rows(struct kt_tensor t, int64_t r0, int64_t n)
 {
@@ -490,7 +498,8 @@ struct kt_ops {
 			   const struct kt_tensor *x, const struct kt_tensor *g);
 	/* Products of one x: ys[i] = x · ws[i]ᵀ (+ biases[i], NULL entries for
 	 * none) for i < n <= KT_MATMUL_MAX_N, each exactly what matmul gives it
-	 * alone (the same bits): a layer's q, k and v, or its gate and up. A
+	 * alone (the same bits): a layer's q, k and v, or its gate and up; the
+	 * ys apart from each other (kt_matmul_n refuses them otherwise). A
 	 * backend may run them as one launch (cuda: the GEMV's blocks of all
 	 * the weights in one grid); NULL: kt_matmul_n calls matmul n times. */
 	int (*matmul_n)(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
@@ -657,12 +666,22 @@ static inline int kt_matmul_n(struct kt_backend *be, int n, const struct kt_tens
 			      const struct kt_tensor *x, const struct kt_tensor *const *ws,
 			      const struct kt_tensor *const *biases)
 {
-	if (n < 1 || n > KT_MATMUL_MAX_N)
+	if (n < 1 || n > KT_MATMUL_MAX_N || !ys || !ws || !x)
 		return -EINVAL;
+	/* The shapes and the outputs' overlaps for every backend, before any
+	 * product runs: a refused call writes nothing. */
+	for (int i = 0; i < n; i++) {
+		if (!ys[i] || !ws[i] || ws[i]->cols != x->cols || ys[i]->rows != x->rows ||
+		    ys[i]->cols != ws[i]->rows)
+			return -EINVAL;
+		for (int j = 0; j < i; j++)
+			if (kt_overlap(ys[i], ys[j]))
+				return -EINVAL;
+	}
 	if (be->ops->matmul_n)
 		return KT_OP(matmul_n, n, ys, x, ws, biases);
 	for (int i = 0; i < n; i++) {
-		int rc = KT_OP(matmul, ys[i], x, ws[i], biases[i]);
+		int rc = KT_OP(matmul, ys[i], x, ws[i], biases ? biases[i] : NULL);
 		if (rc)
 			return rc;
 	}

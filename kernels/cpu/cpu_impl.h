@@ -110,8 +110,7 @@ static inline bool cpu_valid(const struct kt_tensor *t, enum kt_dtype dt)
 /* The byte ranges of a and b intersect. */
 static inline bool cpu_overlap(const struct kt_tensor *a, const struct kt_tensor *b)
 {
-	const char *a0 = a->data, *b0 = b->data;
-	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
+	return kt_overlap(a, b);
 }
 
 /* Rows of x the matmul kernel reads per work item (cpu_matmul.c). */

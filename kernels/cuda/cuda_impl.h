@@ -170,8 +170,7 @@ static inline bool cu_float(const struct kt_tensor *t)
 /* The byte ranges of a and b intersect. */
 static inline bool cu_overlap(const struct kt_tensor *a, const struct kt_tensor *b)
 {
-	const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
-	return a0 < b0 + kt_nbytes(b) && b0 < a0 + kt_nbytes(a);
+	return kt_overlap(a, b);
 }
 
 /* a and b are the same memory or do not touch. */

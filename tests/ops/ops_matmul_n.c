@@ -8,7 +8,7 @@
  * rows (cuBLAS, one product after another), biases of one dtype and mixed
  * (which cuda runs apart), odd widths. Against the cpu, each y as matmul's
  * cases compare it (x bf16-exact: the same exact products, f32 sums in
- * other orders): within 1e-4 of Σ|x·w| per element.
+ * other orders): within 1e-4 of Σ|x·w| per element. And its refusals.
  */
 #include <math.h>
 
@@ -130,7 +130,68 @@ static void mn_check(struct op_run *r, const void *params, const void *input, co
 
 static const struct op_family matmul_n = { mn_build, mn_run, mn_check, false };
 
+/* Refusals, on every backend (kt_matmul_n's own checks or the backend's):
+ * outputs that overlap, a weight of another K, n past KT_MATMUL_MAX_N.
+ * Nothing is written: both outputs stay poisoned. */
+enum mn_fault { MN_YS_OVERLAP, MN_W_COLS, MN_TOO_MANY };
+
+struct mn_fault_params {
+	enum mn_fault fault;
+};
+
+struct mn_fault_out {
+	int rc_call, rc_sync;
+	float *y;
+};
+
+static void *mn_fault_run(struct op_run *r, const void *params, const void *input,
+			  const struct op_backend *b)
+{
+	const struct mn_fault_params *p = params;
+	struct mn_fault_out *o = op_alloc(r, sizeof(*o));
+	struct kt_tensor x = op_tensor(r, b, KT_F32, 2, 8, NULL);
+	struct kt_tensor w = op_weight_bf16(r, b, (float[48]){ 0 }, 6, 8);
+	struct kt_tensor w7 = kt_reshape(w, 6, 7);
+	struct kt_tensor yall = op_tensor(r, b, KT_F32, 2, 12, NULL);
+	struct kt_tensor y0 = kt_reshape(yall, 2, 6);
+	struct kt_tensor y1 = kt_reshape(kt_rows(kt_reshape(yall, 4, 6), 2, 2), 2, 6);
+	struct kt_tensor shifted = kt_reshape(kt_rows(kt_reshape(yall, 8, 3), 1, 4), 2, 6);
+	const struct kt_tensor *ys[KT_MATMUL_MAX_N + 1] = { &y0, &shifted };
+	const struct kt_tensor *ws[KT_MATMUL_MAX_N + 1] = { &w, &w };
+
+	switch (p->fault) {
+	case MN_YS_OVERLAP:
+		break;
+	case MN_W_COLS:
+		ys[1] = &y1;
+		ws[1] = &w7;
+		break;
+	case MN_TOO_MANY:
+		ys[1] = &y1;
+		break;
+	}
+	o->rc_call = kt_matmul_n(b->be, p->fault == MN_TOO_MANY ? KT_MATMUL_MAX_N + 1 : 2, ys,
+				 &x, ws, NULL);
+	o->rc_sync = kt_synchronize(b->be);
+	o->y = op_get(r, b, &yall);
+	return o;
+}
+
+static void mn_fault_check(struct op_run *r, const void *params, const void *input,
+			   const void *got, const void *cpu)
+{
+	const struct mn_fault_out *g = got;
+
+	op_check_rc(r, g->rc_call, -EINVAL, "refused at the call");
+	op_check_rc(r, g->rc_sync, 0, "nothing to report at the sync point");
+	op_check_poison(r, g->y, 24, "both outputs left alone");
+}
+
+static const struct op_family mn_fault = { NULL, mn_fault_run, mn_fault_check, true };
+
 #define MN(name, ...) { name, "matmul_n", &matmul_n, &(const struct mn_params){ __VA_ARGS__ } }
+#define MN_FAULT(name, f) \
+	{ name, "matmul_n", &mn_fault, &(const struct mn_fault_params){ f } }
 
 static const struct op_case cases[] = {
 	MN("matmul_n q/k/v 8B T=1", .T = 1, .K = 4096, .n = 3, .N = { 4096, 1024, 1024 }),
@@ -149,6 +210,9 @@ static const struct op_case cases[] = {
 	MN("matmul_n T=3 K=20 (K not a multiple of 8)", .T = 3, .K = 20, .n = 2, .N = { 17, 5 },
 	   .bias = MN_F32),
 	MN("matmul_n one weight T=2", .T = 2, .K = 64, .n = 1, .N = { 48 }),
+	MN_FAULT("matmul_n: outputs that overlap", MN_YS_OVERLAP),
+	MN_FAULT("matmul_n: a weight of another K", MN_W_COLS),
+	MN_FAULT("matmul_n: more than KT_MATMUL_MAX_N products", MN_TOO_MANY),
 };
 
 OP_LIST(ops_matmul_n, cases);
