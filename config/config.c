@@ -119,6 +119,13 @@ const struct atlas_key atlas_keys[] = {
 	     "graphs, one recorded per row count and context bucket, instead of launching every kernel from the host. false is for "
 	     "benchmarks and debugging: the tokens are the same either way."),
 
+	BOOL("engine", cuda_pdl, "true",
+	     "On GPUs of compute capability 9.0 and later (H100, H200): let each kernel of a "
+	     "step be placed on the GPU while the kernel before it finishes, and start reading "
+	     "its weights, so that the hundreds of short kernels of a decode step do not each "
+	     "leave the GPU idle between them (programmatic dependent launch). false is for "
+	     "benchmarks and debugging: the tokens are the same either way."),
+
 	SIZE("swap", kv_host_memory, 0, 1048576 * GIB, "0",
 	     "Host memory for the KV swap tier (pinned on cuda), in bytes with an optional "
 	     "suffix K, M or G. Idle and parked sessions' KV blocks move there instead of being "

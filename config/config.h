@@ -56,6 +56,7 @@ struct atlas_config {
 	uint64_t kv_memory;             /* bytes for the KV block pool, 0 = auto */
 	float gpu_memory_fraction;      /* cuda, kv_memory 0: share of the device memory to use */
 	bool cuda_graphs;               /* replay decode steps from CUDA graphs */
+	bool cuda_pdl;                  /* overlap each kernel's start with the end of the one before */
 
 	/* [swap] */
 	uint64_t kv_host_memory;        /* bytes of the host tier, 0 = none */

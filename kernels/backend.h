@@ -198,6 +198,9 @@ struct kt_config {
 	const char *cpu_isa;  /* cpu: instruction set of the bf16-weight kernels, "auto"
 			       * (NULL too: the best this CPU has), "amx", "avx512bf16",
 			       * "avx2" or "generic"; one the CPU lacks fails the open */
+	bool cuda_pdl;        /* cuda: a kernel may be placed while the one before it
+			       * ends (programmatic dependent launch, compute
+			       * capability 9 and later; kernels/cuda/cuda_pdl.cuh) */
 };
 
 /* How a rank of expert parallelism reaches the others (comm_open): the
@@ -233,6 +236,21 @@ struct kt_comm_stats {
 };
 
 struct kt_backend;
+
+/* What rope_store takes: one layer's q, k and v of a step, and where its k
+ * and v go. The tensors are the engine's; the struct is only the call's. */
+struct kt_rope_store_args {
+	const struct kt_tensor *q;        /* [T, n_heads * D] f32, roped in place */
+	const struct kt_tensor *k;        /* [T, n_kv_heads * D] f32, roped in place, stored */
+	const struct kt_tensor *v;        /* [T, n_kv_heads * D] f32, stored */
+	const struct kt_tensor *inv_freq; /* [1, R/2] f32, as rope takes it */
+	const struct kt_tensor *q_norm;   /* NULL or [1, D]: q's per-head RMSNorm (rope's norm_w) */
+	const struct kt_tensor *k_norm;   /* NULL or [1, D]: k's */
+	const struct kt_tensor *kcache;   /* the layer's caches, as kv_store takes them */
+	const struct kt_tensor *vcache;
+	int n_heads, n_kv_heads, head_dim;
+	float eps;                        /* of both norms */
+};
 
 struct kt_ops {
 	void (*close)(struct kt_backend *be);
@@ -505,6 +523,15 @@ struct kt_ops {
 	int (*matmul_n)(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
 			const struct kt_tensor *x, const struct kt_tensor *const *ws,
 			const struct kt_tensor *const *biases);
+	/* A layer's rope of q, rope of k and kv_store of k and v as one op,
+	 * each result exactly what the three ops give one after another (the
+	 * same bits): rope(q, b->pos, ...q_norm), rope(k, b->pos, ...k_norm),
+	 * kv_store(kcache, vcache, k, v, b). A backend may run them as one
+	 * launch (cuda: a block per token and group of heads); NULL:
+	 * kt_rope_store runs the three. q, k and v apart from each other
+	 * (kt_rope_store refuses them otherwise). */
+	int (*rope_store)(struct kt_backend *be, const struct kt_rope_store_args *a,
+			  const struct kt_batch *b);
 };
 
 /* The most products of one matmul_n. */
@@ -686,6 +713,30 @@ static inline int kt_matmul_n(struct kt_backend *be, int n, const struct kt_tens
 			return rc;
 	}
 	return 0;
+}
+static inline int kt_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
+				const struct kt_batch *b)
+{
+	int rc;
+
+	/* The shapes for every backend, before any op runs: a refused call
+	 * writes nothing (the ops check the rest). */
+	if (!a || !b || !a->q || !a->k || !a->v || kt_overlap(a->q, a->k) ||
+	    kt_overlap(a->q, a->v) || kt_overlap(a->k, a->v) || a->head_dim <= 0 ||
+	    a->q->rows != a->k->rows || a->v->rows != a->k->rows || a->v->cols != a->k->cols ||
+	    a->q->cols != (int64_t)a->n_heads * a->head_dim ||
+	    a->k->cols != (int64_t)a->n_kv_heads * a->head_dim ||
+	    (a->q_norm && a->q_norm->cols != a->head_dim) ||
+	    (a->k_norm && a->k_norm->cols != a->head_dim))
+		return -EINVAL;
+	if (be->ops->rope_store)
+		return KT_OP(rope_store, a, b);
+	if ((rc = KT_OP(rope, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim, a->q_norm,
+			a->eps)) ||
+	    (rc = KT_OP(rope, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim, a->k_norm,
+			a->eps)))
+		return rc;
+	return KT_OP(kv_store, a->kcache, a->vcache, a->k, a->v, b);
 }
 #undef KT_OP
 

@@ -23,7 +23,10 @@
 # bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
 #        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
 #        second round shows the drift of the machine). CSVs to $OUT as
-#        ab-SHAPE-SIDE-ROUND.csv.
+#        ab-SHAPE-SIDE-ROUND.csv. With AB_LAST_EXTRA (options such as
+#        "-o cuda_pdl=false"), the last side runs once more with them in
+#        each round, as side "Nx" (a change that a key turns off, measured
+#        on and off in one build).
 #
 # A machine keeps /tmp and ignored build folders between calls while it is
 # warm; a cold one needs build again. Exit status: the number of failures.
@@ -126,6 +129,14 @@ bench)
 					--csv-out "$out/ab-$s-$i-$round.csv" || failed=$((failed + 1))
 				i=$((i + 1))
 			done
+			[ -n "${AB_LAST_EXTRA:-}" ] || continue
+			echo
+			echo "== $s, side ${n}x ($AB_LAST_EXTRA), round $round"
+			# shellcheck disable=SC2086
+			build-gpu/tools/atlas bench --dummy-weights --arch "${s%%-*}" \
+				--shape "${s#*-}" -o chunk_size=2048 -o log_level=warn $bench_opts \
+				$AB_LAST_EXTRA --csv-out "$out/ab-$s-${n}x-$round.csv" ||
+				failed=$((failed + 1))
 		done
 	done
 	;;

@@ -202,7 +202,7 @@ static void launch_tc(const lab &L, const step &st, bool split, decode_plan *pla
 	a.part_ml = L.part_ml;
 	a.count = L.count;
 	a.fault = L.fault;
-	decode_launch<D, STAGES>(a, st.rows, st.sh.n_kv, L.s);
+	decode_launch<D, STAGES>(false, a, st.rows, st.sh.n_kv, L.s);
 	if (plan_out)
 		*plan_out = p;
 }

@@ -196,7 +196,7 @@ static void launch_tc(const prompt &P, const segment &g)
 	a.group = P.sh.n_heads / P.sh.n_kv;
 	a.sl2 = ATT_LOG2E / sqrtf((float)D);
 	a.fault = P.fault;
-	prefill_launch<D, WARPS, STAGES, MINB, SUB>(a, P.sh.n_kv, P.s);
+	prefill_launch<D, WARPS, STAGES, MINB, SUB>(false, a, P.sh.n_kv, P.s);
 }
 
 /* The generic kernel reads device positions: build them for the segment once. */

@@ -208,6 +208,7 @@ static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t 
 		/* the attention heads', and the delta rule's head dims */
 		.max_head_dim = ATLAS_MAX(mc.head_dim, ATLAS_MAX(mc.linear.k_dim, mc.linear.v_dim)),
 		.cpu_precision = c->cpu_precision,
+		.cuda_pdl = c->cuda_pdl,
 	};
 	if ((rc = kt_backend_open(&kc, &x->be, err, errlen)))
 		return rc;

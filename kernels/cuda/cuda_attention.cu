@@ -58,6 +58,10 @@ __global__ void kv_store_kernel(CT *kc, CT *vc, const float *k, const float *v, 
 				unsigned *fault)
 {
 	const int64_t t = blockIdx.x;
+
+	pdl_wait();
+	pdl_launch_dependents();
+
 	const int32_t *blocks = token_blocks(kv, t, INT32_MAX);
 	const int64_t row = blocks ? cache_row(kv, blocks, kv.pos[t]) : -1;
 
@@ -129,13 +133,13 @@ int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		return 0;
 	CU_CHECK(cu_enter(cu));
 	if (kcache->dtype == KT_BF16)
-		kv_store_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
-			(__nv_bfloat16 *)kcache->data, (__nv_bfloat16 *)vcache->data,
-			(const float *)k->data, (const float *)v->data, kv, cu->fault);
+		cu_launch(cu->pdl, kv_store_kernel<__nv_bfloat16>, (unsigned)T, CUDA_THREADS, 0,
+			  cu->stream, (__nv_bfloat16 *)kcache->data, (__nv_bfloat16 *)vcache->data,
+			  (const float *)k->data, (const float *)v->data, kv, cu->fault);
 	else
-		kv_store_kernel<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)kcache->data, (float *)vcache->data, (const float *)k->data,
-			(const float *)v->data, kv, cu->fault);
+		cu_launch(cu->pdl, kv_store_kernel<float>, (unsigned)T, CUDA_THREADS, 0, cu->stream,
+			  (float *)kcache->data, (float *)vcache->data, (const float *)k->data,
+			  (const float *)v->data, kv, cu->fault);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -229,7 +233,7 @@ template <int D> static int run_decode(const att_call &c, int rows, int max_kv_l
 	a.part_ml = cu->att_part_ml;
 	a.count = cu->att_count;
 	a.fault = cu->fault;
-	decode_launch<D, DEC_STAGES>(a, rows, c.n_kv, cu->stream);
+	decode_launch<D, DEC_STAGES>(cu->pdl, a, rows, c.n_kv, cu->stream);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -254,11 +258,11 @@ static int run_segment(const att_call &c, const struct kt_segment *g)
 	if (c.D == 64) {
 		if (!prefill_tiles(a, prefill_cfg<64, PREFILL_64>::rows))
 			return -EINVAL;
-		prefill_launch<64, PREFILL_64>(a, c.n_kv, c.cu->stream);
+		prefill_launch<64, PREFILL_64>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	} else {
 		if (!prefill_tiles(a, prefill_cfg<128, PREFILL_128>::rows))
 			return -EINVAL;
-		prefill_launch<128, PREFILL_128>(a, c.n_kv, c.cu->stream);
+		prefill_launch<128, PREFILL_128>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	}
 	CU_LAUNCHED();
 	return 0;

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/cuda_async.cuh"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 
 /* Keys per shared-memory stage of the tensor-core kernels. */

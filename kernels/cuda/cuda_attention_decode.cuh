@@ -207,6 +207,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	warp_rows<D> w;
 	int len, start, end, n_tiles, r;
 
+	pdl_wait();
+	pdl_launch_dependents();
 	if (!token_blocks(a.kv, t, a.max_pos)) {
 		if (split == 0)
 			for (int i = threadIdx.x; i < nh * D; i += cfg::threads)
@@ -329,12 +331,13 @@ template <int D, int STAGES> static inline int decode_slots(int n_sms)
 
 /* Enqueue the decode of rows 0..rows-1 with a.splits, a.chunk, a.head_chunks set. */
 template <int D, int STAGES>
-static inline void decode_launch(const decode_args &a, int rows, int n_kv, cudaStream_t s)
+static inline void decode_launch(bool pdl, const decode_args &a, int rows, int n_kv,
+				 cudaStream_t s)
 {
 	typedef decode_cfg<D, STAGES> cfg;
 	const dim3 grid((unsigned)rows, (unsigned)(n_kv * a.head_chunks), (unsigned)a.splits);
 
-	decode_kernel<D, STAGES><<<grid, cfg::threads, cfg::smem, s>>>(a);
+	cu_launch(pdl, decode_kernel<D, STAGES>, grid, cfg::threads, cfg::smem, s, a);
 }
 
 #endif

@@ -64,6 +64,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) prefill_kernel(prefill_args 
 	int64_t at[2];
 	int lim[2];
 
+	pdl_wait();
+	pdl_launch_dependents();
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		const int r = w0 + (lane >> 2) + 8 * i;
@@ -148,12 +150,13 @@ static inline int prefill_tiles(const prefill_args &a, int rows_per_cta)
 }
 
 template <int D, int WARPS, int STAGES, int MINB, int SUB>
-static inline void prefill_launch(const prefill_args &a, int n_kv, cudaStream_t s)
+static inline void prefill_launch(bool pdl, const prefill_args &a, int n_kv, cudaStream_t s)
 {
 	typedef prefill_cfg<D, WARPS, STAGES, MINB, SUB> cfg;
 	const dim3 grid((unsigned)n_kv, (unsigned)prefill_tiles(a, cfg::rows));
 
-	prefill_kernel<D, WARPS, STAGES, MINB, SUB><<<grid, cfg::threads, cfg::smem, s>>>(a);
+	cu_launch(pdl, prefill_kernel<D, WARPS, STAGES, MINB, SUB>, grid, cfg::threads, cfg::smem, s,
+		  a);
 }
 
 #endif

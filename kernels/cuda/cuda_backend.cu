@@ -110,6 +110,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_rmsnorm_gated,
 	cuda_sigmoid_mul,
 	cuda_matmul_n,
+	cuda_rope_store,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
@@ -226,6 +227,7 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 	info->att_p_bf16 = true;
 	info->matmul_x_bf16 = true;
 	info->graphs = true;
+	cu->pdl = cu->pdl && prop.major >= 9;
 	return 0;
 }
 
@@ -244,6 +246,7 @@ int kt_cuda_open(const struct kt_config *c, struct kt_backend **out, char *err, 
 	cu->max_tokens = c->max_tokens;
 	cu->max_context = c->max_context;
 	cu->max_head_dim = c->max_head_dim;
+	cu->pdl = c->cuda_pdl;
 	cu->sample_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
 	pthread_mutex_init(&cu->lock, NULL);
 	rc = setup(cu, err, errlen);

@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 
 /* out[i, :] = src[idx[i], :]   out [n, D] f32, src [n_src, D] */
 template <typename S>
@@ -25,8 +26,12 @@ __global__ void copy_rows_kernel(float *out, const S *src, const int32_t *idx, i
 				 int64_t D, unsigned fault_bit, unsigned *fault)
 {
 	const int64_t i = blockIdx.x;
-	const int32_t r = idx[i];
 	float *o = out + i * D;
+
+	pdl_wait();
+	pdl_launch_dependents();
+
+	const int32_t r = idx[i];
 
 	if (r < 0 || r >= n_src) {
 		for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
@@ -50,13 +55,13 @@ static int copy_rows(struct cuda_backend *cu, const struct kt_tensor *out,
 		return -EINVAL;
 	CU_CHECK(cu_enter(cu));
 	if (src->dtype == KT_BF16)
-		copy_rows_kernel<<<(unsigned)n, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (const __nv_bfloat16 *)src->data,
+		cu_launch(cu->pdl, copy_rows_kernel<__nv_bfloat16>, (unsigned)n, CUDA_THREADS, 0,
+			  cu->stream, (float *)out->data, (const __nv_bfloat16 *)src->data,
 			(const int32_t *)idx->data, src->rows, D, fault_bit, cu->fault);
 	else
-		copy_rows_kernel<<<(unsigned)n, CUDA_THREADS, 0, cu->stream>>>(
-			(float *)out->data, (const float *)src->data, (const int32_t *)idx->data,
-			src->rows, D, fault_bit, cu->fault);
+		cu_launch(cu->pdl, copy_rows_kernel<float>, (unsigned)n, CUDA_THREADS, 0, cu->stream,
+			  (float *)out->data, (const float *)src->data, (const int32_t *)idx->data,
+			  src->rows, D, fault_bit, cu->fault);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -87,6 +92,8 @@ int cuda_gather_rows(struct kt_backend *be, const struct kt_tensor *out,
 template <typename O>
 __global__ void swiglu_kernel(O *o, const float *g, const float *u, int64_t n)
 {
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		float gi = g[i];
@@ -100,6 +107,8 @@ __global__ void swiglu_kernel(O *o, const float *g, const float *u, int64_t n)
 template <typename O>
 __global__ void swiglu_halves_kernel(O *o, const float *gu, int64_t I, int64_t n)
 {
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
 	     j += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = j / I, i = j % I;
@@ -111,6 +120,8 @@ __global__ void swiglu_halves_kernel(O *o, const float *gu, int64_t I, int64_t n
 
 __global__ void add_kernel(float *y, const float *x, int64_t n)
 {
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x)
 		y[i] += x[i];
@@ -121,9 +132,11 @@ static void launch_swiglu(struct cuda_backend *cu, O *out, const float *gate, co
 			  int64_t I, int64_t n)
 {
 	if (up)
-		swiglu_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(out, gate, up, n);
+		cu_launch(cu->pdl, swiglu_kernel<O>, cu_blocks(n), CUDA_THREADS, 0, cu->stream, out, gate,
+			  up, n);
 	else
-		swiglu_halves_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>(out, gate, I, n);
+		cu_launch(cu->pdl, swiglu_halves_kernel<O>, cu_blocks(n), CUDA_THREADS, 0, cu->stream,
+			  out, gate, I, n);
 }
 
 int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *gate,
@@ -173,8 +186,8 @@ int cuda_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_t
 	if (!n)
 		return 0;
 	CU_CHECK(cu_enter(cu));
-	add_kernel<<<cu_blocks(n), CUDA_THREADS, 0, cu->stream>>>((float *)y->data,
-								  (const float *)x->data, n);
+	cu_launch(cu->pdl, add_kernel, cu_blocks(n), CUDA_THREADS, 0, cu->stream, (float *)y->data,
+		  (const float *)x->data, n);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -116,7 +116,8 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
 		parts.blocks[i] = (parts.N[i] + 8 * NT - 1) / (8 * NT);
 		blocks += (unsigned)parts.blocks[i];
 	}
-	gemv_kernel<NT, TT, XT, B><<<blocks, GEMV_WARPS * 32, 0, cu->stream>>>(parts, x, T, K);
+	cu_launch(cu->pdl, gemv_kernel<NT, TT, XT, B>, blocks, GEMV_WARPS * 32, 0, cu->stream,
+		  parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -17,12 +17,14 @@
 
 #include "kernels/cuda/cuda_async.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_pdl.cuh"
 
 #define GEMV_WARPS 8
 #define GEMV_U 4                               /* vectors of a lane per row and k-step */
 #define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
 #define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
 #define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
+#define GEMV_L2_AHEAD 16                       /* vectors of a lane asked into L2 before pdl_wait */
 
 /* A lane's 8 x values of one vector: f32 x (two float4, rounded to bf16
  * when packed for the mma) or bf16 x (one 16-byte load, packed already:
@@ -77,7 +79,12 @@ struct gemv_x<__nv_bfloat16> {
  * ring[warp] as floats [NT·4][32], element (nt·4 + c)·32 + lane is
  * accumulator c of lane `lane` for n-tile nt (token (lane >> 2) + 8·(c >= 2),
  * weight row 2·(lane & 3) + (c & 1)). w: any valid address (the source of
- * masked copies). The caller syncs the block before gemv_tile_sum. */
+ * masked copies). The caller syncs the block before gemv_tile_sum.
+ *
+ * Only weights are read before pdl_wait (cuda_pdl.cuh): the ring's first
+ * D - 1 vectors and an L2 prefetch of the next ones, up to GEMV_L2_AHEAD,
+ * so that a GEMV placed while the kernel before it ends streams its weights
+ * meanwhile; x is read after. */
 template <int NT, int HALVES, typename XT>
 __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
 					       int warp, int lane, const __nv_bfloat16 *w,
@@ -118,6 +125,16 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 #pragma unroll
 	for (int d = 0; d < D - 1; d++)
 		issue(d);
+	for (int v = D - 1; v < nv && v < GEMV_L2_AHEAD; v++) {
+		const int k = kof(v);
+
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+			if (wok[nt] && k < K)
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[nt] + k));
+	}
+	pdl_wait();
+	pdl_launch_dependents();
 #pragma unroll
 	for (int h = 0; h < HALVES; h++)
 		xn[h].load(xr[h], xok[h] && nv > 0, kof(0), K);

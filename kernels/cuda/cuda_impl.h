@@ -82,6 +82,8 @@ struct cuda_backend {
 	int max_tokens;             /* matmul workspace rows (bigger T runs in chunks) */
 	int max_context;            /* attention: positions per sequence */
 	int max_head_dim;           /* attention and rope */
+	bool pdl;                   /* cu_launch may overlap kernels (cuda_pdl.cuh): kt_config's
+				     * cuda_pdl on a device of compute capability 9 or later */
 	cudaStream_t stream;        /* every op and copy of this backend */
 	cublasHandle_t blas;        /* bound to stream, workspace blas_ws */
 	void *blas_ws;              /* device, CUDA_BLAS_WS_BYTES, so cuBLAS allocates nothing */
@@ -273,6 +275,8 @@ int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_
 int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		  const struct kt_tensor *vcache, const struct kt_tensor *k,
 		  const struct kt_tensor *v, const struct kt_batch *b);
+int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
+		    const struct kt_batch *b);
 int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,

@@ -36,6 +36,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_gemv.h"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 
 /* ws[r, k] = bf16(x[r, k0 + k])   ws [rows, kl] packed, x [rows, K] */
 __global__ void to_bf16_kernel(__nv_bfloat16 *ws, const float *x, int64_t rows, int64_t K,
@@ -43,6 +44,8 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *ws, const float *x, int64_t rows, 
 {
 	const int64_t n = rows * kl;
 
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / kl, k = i % kl;
@@ -55,6 +58,8 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *ws, const float *x, int64_t rows, 
 template <typename B>
 __global__ void bias_kernel(float *y, const B *bias, int64_t T, int64_t N)
 {
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * N;
 	     i += (int64_t)gridDim.x * blockDim.x)
 		y[i] += widen(bias[i % N]);
@@ -81,8 +86,8 @@ static int gemm_bf16_rows(struct cuda_backend *cu, float *y, const float *x,
 	for (int64_t k0 = 0; k0 < K; k0 += cu->xbf16_cols) {
 		const int64_t kl = K - k0 < cu->xbf16_cols ? K - k0 : cu->xbf16_cols;
 
-		to_bf16_kernel<<<cu_blocks(rows * kl), CUDA_THREADS, 0, cu->stream>>>(
-			cu->xbf16, x, rows, K, k0, kl);
+		cu_launch(cu->pdl, to_bf16_kernel, cu_blocks(rows * kl), CUDA_THREADS, 0,
+			  cu->stream, cu->xbf16, x, rows, K, k0, kl);
 		CU_LAUNCHED();
 		BLAS_CHECK(cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)rows, (int)kl,
 					&one, w + k0, CUDA_R_16BF, (int)K, cu->xbf16, CUDA_R_16BF,
@@ -110,11 +115,11 @@ static int add_bias(struct cuda_backend *cu, const struct kt_tensor *y,
 	const int64_t T = y->rows, N = y->cols;
 
 	if (bias->dtype == KT_BF16)
-		bias_kernel<<<cu_blocks(T * N), CUDA_THREADS, 0, cu->stream>>>(
-			(float *)y->data, (const __nv_bfloat16 *)bias->data, T, N);
+		cu_launch(cu->pdl, bias_kernel<__nv_bfloat16>, cu_blocks(T * N), CUDA_THREADS, 0,
+			  cu->stream, (float *)y->data, (const __nv_bfloat16 *)bias->data, T, N);
 	else
-		bias_kernel<<<cu_blocks(T * N), CUDA_THREADS, 0, cu->stream>>>(
-			(float *)y->data, (const float *)bias->data, T, N);
+		cu_launch(cu->pdl, bias_kernel<float>, cu_blocks(T * N), CUDA_THREADS, 0,
+			  cu->stream, (float *)y->data, (const float *)bias->data, T, N);
 	CU_LAUNCHED();
 	return 0;
 }

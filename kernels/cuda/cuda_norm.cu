@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 
 template <typename W, typename O>
@@ -42,6 +43,8 @@ __global__ void rmsnorm_kernel(O *out, float *x, const float *res, const W *w, i
 	double ss = 0.0;
 	float inv;
 
+	pdl_wait();
+	pdl_launch_dependents();
 	for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
 		float v = xr[d];
 
@@ -87,6 +90,8 @@ __global__ void rmsnorm_vec_kernel(O *out, float *x, const float *res, const W *
 	double ss = 0.0;
 	float inv;
 
+	pdl_wait();
+	pdl_launch_dependents();
 #pragma unroll
 	for (int j = 0; j < NORM_VEC; j++) {
 		const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
@@ -148,10 +153,11 @@ static void launch_rmsnorm(struct cuda_backend *cu, bool vec, O *out, float *x, 
 			   const W *w, int64_t R, int64_t D, float eps)
 {
 	if (vec)
-		rmsnorm_vec_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(out, x, res, w, D,
-										  eps);
+		cu_launch(cu->pdl, rmsnorm_vec_kernel<W, O>, (unsigned)R, CUDA_THREADS, 0, cu->stream, out,
+			  x, res, w, D, eps);
 	else
-		rmsnorm_kernel<<<(unsigned)R, CUDA_THREADS, 0, cu->stream>>>(out, x, res, w, D, eps);
+		cu_launch(cu->pdl, rmsnorm_kernel<W, O>, (unsigned)R, CUDA_THREADS, 0, cu->stream, out, x,
+			  res, w, D, eps);
 }
 
 template <typename O>

@@ -27,11 +27,25 @@
  * butterfly shuffle. With R == D the tail is empty and the kernel does what
  * it did before partial rotary, operation for operation. A negative
  * position leaves the token alone and sets CUDA_FAULT_ROPE.
+ *
+ * rope_store (a layer's rope of q, rope of k, then kv_store of k and v):
+ * one launch of a block per token and group of 8 heads (grid y), the q
+ * heads and then the k heads, a warp per head through the same rope_head
+ * as rope's. A k head's warp then rounds the values it holds into the
+ * cache row, as kv_store rounds what rope left in k, and copies v's head
+ * beside it. At batch 1 this is one launch of 5 blocks (Qwen3-8B's 32 + 8
+ * heads) for three launches of one block each. A negative position sets
+ * CUDA_FAULT_ROPE and CUDA_FAULT_KV_STORE (the three ops' faults) and
+ * leaves the token alone; a bad slot or block id ropes q and k and stores
+ * nothing, with CUDA_FAULT_KV_STORE. Calls the kernel does not take (norms
+ * of two dtypes, one norm) run the three ops.
  */
 #include <errno.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_attention_common.cuh"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 
 /* Pairs a lane holds: R/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
@@ -79,6 +93,84 @@ __device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROP
 	}
 }
 
+/* One head's values in a warp's registers: lane l holds the pairs
+ * (a[j], b[j]) = (x[i], x[i + R/2]), i = l + 32·j, and the tail dims c[j] =
+ * x[R + l + 32·j]. */
+struct rope_regs {
+	float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
+};
+
+/* The head at xa (D = 2·half + tail dims) loaded into r, normalised when
+ * norm_w, rotated by the block's cos/sin table and written back; r holds
+ * what was written. */
+template <typename W>
+__device__ __forceinline__ void rope_head(float *xa, rope_regs &r, const float *cs,
+					  const float *sn, const W *norm_w, float eps, int lane,
+					  int n_half, int tail)
+{
+	float *xb = xa + n_half, *xc = xa + 2 * n_half;
+
+#pragma unroll
+	for (int j = 0; j < ROPE_PAIRS; j++) {
+		const int i = lane + 32 * j;
+
+		r.a[j] = i < n_half ? xa[i] : 0.0f;
+		r.b[j] = i < n_half ? xb[i] : 0.0f;
+	}
+#pragma unroll
+	for (int j = 0; j < ROPE_TAIL; j++) {
+		const int i = lane + 32 * j;
+
+		r.c[j] = i < tail ? xc[i] : 0.0f;
+	}
+	if (norm_w)
+		norm_head(r.a, r.b, r.c, norm_w, lane, n_half, tail, eps);
+#pragma unroll
+	for (int j = 0; j < ROPE_PAIRS; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_half) {
+			const float a = r.a[j], b = r.b[j];
+
+			r.a[j] = __fmul_rn(a, cs[i]) - __fmul_rn(b, sn[i]);
+			r.b[j] = __fmul_rn(b, cs[i]) + __fmul_rn(a, sn[i]);
+			xa[i] = r.a[j];
+			xb[i] = r.b[j];
+		}
+	}
+	/* The tail changes only when the norm scaled it. */
+	if (norm_w) {
+#pragma unroll
+		for (int j = 0; j < ROPE_TAIL; j++) {
+			const int i = lane + 32 * j;
+
+			if (i < tail)
+				xc[i] = r.c[j];
+		}
+	}
+}
+
+/* cos and sin of position p's angles into the block's tables; false (and
+ * the rope fault) for a negative position. Ends with a barrier. */
+__device__ __forceinline__ bool rope_table(float *cs, float *sn, int32_t p,
+					   const float *inv_freq, int n_half, unsigned *fault,
+					   unsigned fault_bits)
+{
+	if (p < 0) {
+		if (threadIdx.x == 0)
+			atomicOr(fault, fault_bits);
+		return false;
+	}
+	for (int i = threadIdx.x; i < n_half; i += blockDim.x) {
+		float angle = (float)p * inv_freq[i];
+
+		cs[i] = cosf(angle);
+		sn[i] = sinf(angle);
+	}
+	__syncthreads();
+	return true;
+}
+
 /* n_pairs = R/2 rotated pairs of each head of D dims. */
 template <typename W>
 __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq, const W *norm_w,
@@ -87,60 +179,88 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 	__shared__ float cs[CUDA_MAX_HEAD_DIM / 2], sn[CUDA_MAX_HEAD_DIM / 2];
 	const int half = n_pairs, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int tail = D - 2 * half;
-	const int32_t p = pos[blockIdx.x];
 	float *xt = x + (int64_t)blockIdx.x * n_heads * D;
+	rope_regs r;
 
-	if (p < 0) {
-		if (threadIdx.x == 0)
-			atomicOr(fault, CUDA_FAULT_ROPE);
+	pdl_wait();
+	pdl_launch_dependents();
+	if (!rope_table(cs, sn, pos[blockIdx.x], inv_freq, half, fault, CUDA_FAULT_ROPE))
+		return;
+	for (int h = warp; h < n_heads; h += blockDim.x >> 5)
+		rope_head(xt + (int64_t)h * D, r, cs, sn, norm_w, eps, lane, half, tail);
+}
+
+/* rope_store: what the three ops do, for one token (grid x) and the heads
+ * [8·y, 8·y + 8) (grid y, a warp each) of the q heads followed by the k
+ * heads. A k head's warp writes the rotated values it holds into the cache
+ * row (rounded as kv_store rounds them) and copies the head of v there. */
+template <typename W, typename CT>
+struct rope_store_args {
+	float *q, *k;                 /* [T, n_heads * D], [T, n_kv * D] */
+	const float *v;               /* [T, n_kv * D] */
+	CT *kc, *vc;                  /* paged caches of n_kv * D cols */
+	paged_kv kv;                  /* pos: rope's positions too */
+	const float *inv_freq;        /* [n_pairs] */
+	const W *q_norm, *k_norm;     /* NULL or [D], both or neither */
+	float eps;
+	int n_heads, n_kv, D, n_pairs;
+	unsigned *fault;
+};
+
+template <typename W, typename CT>
+__global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT> a)
+{
+	__shared__ float cs[CUDA_MAX_HEAD_DIM / 2], sn[CUDA_MAX_HEAD_DIM / 2];
+	const int half = a.n_pairs, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int tail = a.D - 2 * half, h = blockIdx.y * (CUDA_THREADS / 32) + warp;
+	const int64_t t = blockIdx.x;
+	rope_regs r;
+
+	pdl_wait();
+	pdl_launch_dependents();
+	if (!rope_table(cs, sn, a.kv.pos[t], a.inv_freq, half, a.fault,
+			CUDA_FAULT_ROPE | CUDA_FAULT_KV_STORE))
+		return;
+	if (h < a.n_heads) {
+		rope_head(a.q + (t * a.n_heads + h) * a.D, r, cs, sn, a.q_norm, a.eps, lane, half,
+			  tail);
 		return;
 	}
-	for (int i = threadIdx.x; i < half; i += blockDim.x) {
-		float angle = (float)p * inv_freq[i];
+	if (h >= a.n_heads + a.n_kv)
+		return;
 
-		cs[i] = cosf(angle);
-		sn[i] = sinf(angle);
+	const int kh = h - a.n_heads;
+	const int32_t *blocks = token_blocks(a.kv, t, INT32_MAX);
+	const int64_t row = blocks ? cache_row(a.kv, blocks, a.kv.pos[t]) : -1;
+	const int64_t at = t * a.kv.row_len + (int64_t)kh * a.D;
+
+	rope_head(a.k + at, r, cs, sn, a.k_norm, a.eps, lane, half, tail);
+	if (row < 0) {
+		if (lane == 0)
+			atomicOr(a.fault, CUDA_FAULT_KV_STORE);
+		return;
 	}
-	__syncthreads();
-	for (int h = warp; h < n_heads; h += blockDim.x >> 5) {
-		float *xa = xt + (int64_t)h * D, *xb = xa + half, *xc = xa + 2 * half;
-		float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
+
+	CT *kr = a.kc + row * a.kv.row_len + (int64_t)kh * a.D, *vr = a.vc + (kr - a.kc);
 
 #pragma unroll
-		for (int j = 0; j < ROPE_PAIRS; j++) {
-			const int i = lane + 32 * j;
+	for (int j = 0; j < ROPE_PAIRS; j++) {
+		const int i = lane + 32 * j;
 
-			a[j] = i < half ? xa[i] : 0.0f;
-			b[j] = i < half ? xb[i] : 0.0f;
-		}
-#pragma unroll
-		for (int j = 0; j < ROPE_TAIL; j++) {
-			const int i = lane + 32 * j;
-
-			c[j] = i < tail ? xc[i] : 0.0f;
-		}
-		if (norm_w)
-			norm_head(a, b, c, norm_w, lane, half, tail, eps);
-#pragma unroll
-		for (int j = 0; j < ROPE_PAIRS; j++) {
-			const int i = lane + 32 * j;
-
-			if (i < half) {
-				xa[i] = __fmul_rn(a[j], cs[i]) - __fmul_rn(b[j], sn[i]);
-				xb[i] = __fmul_rn(b[j], cs[i]) + __fmul_rn(a[j], sn[i]);
-			}
-		}
-		/* The tail changes only when the norm scaled it. */
-		if (norm_w) {
-#pragma unroll
-			for (int j = 0; j < ROPE_TAIL; j++) {
-				const int i = lane + 32 * j;
-
-				if (i < tail)
-					xc[i] = c[j];
-			}
+		if (i < half) {
+			narrow_to(&kr[i], r.a[j]);
+			narrow_to(&kr[i + half], r.b[j]);
 		}
 	}
+#pragma unroll
+	for (int j = 0; j < ROPE_TAIL; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < tail)
+			narrow_to(&kr[2 * half + i], r.c[j]);
+	}
+	for (int i = lane; i < a.D; i += 32)
+		narrow_to(&vr[i], a.v[at + i]);
 }
 
 static bool rope_args_ok(const struct cuda_backend *cu, const struct kt_tensor *x,
@@ -182,13 +302,91 @@ int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_
 	fd = (const float *)inv_freq->data;
 	CU_CHECK(cu_enter(cu));
 	if (norm_w && norm_w->dtype == KT_BF16)
-		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
-			xd, pd, fd, (const __nv_bfloat16 *)norm_w->data, eps, n_heads, head_dim,
-			(int)inv_freq->cols, cu->fault);
+		cu_launch(cu->pdl, rope_kernel<__nv_bfloat16>, T, CUDA_THREADS, 0, cu->stream, xd, pd, fd,
+			  (const __nv_bfloat16 *)norm_w->data, eps, n_heads, head_dim,
+			  (int)inv_freq->cols, cu->fault);
 	else
-		rope_kernel<<<T, CUDA_THREADS, 0, cu->stream>>>(
-			xd, pd, fd, norm_w ? (const float *)norm_w->data : (const float *)NULL, eps,
-			n_heads, head_dim, (int)inv_freq->cols, cu->fault);
+		cu_launch(cu->pdl, rope_kernel<float>, T, CUDA_THREADS, 0, cu->stream, xd, pd, fd,
+			  norm_w ? (const float *)norm_w->data : (const float *)NULL, eps, n_heads,
+			  head_dim, (int)inv_freq->cols, cu->fault);
+	CU_LAUNCHED();
+	return 0;
+}
+
+/* Whether rope_store_kernel takes the call (kv filled in): everything the
+ * three ops check, norms of one dtype (or none), and q, k, v and the caches
+ * apart. Otherwise the three ops run and refuse what they refuse. */
+static bool rope_store_takes(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			     const struct kt_batch *b, paged_kv *kv)
+{
+	const struct kt_tensor *t[] = { a->q, a->k, a->v };
+
+	if (!rope_args_ok(cu, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim, a->q_norm,
+			  a->eps) ||
+	    !rope_args_ok(cu, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim, a->k_norm,
+			  a->eps))
+		return false;
+	if (!a->q_norm != !a->k_norm || (a->q_norm && a->q_norm->dtype != a->k_norm->dtype))
+		return false;
+	if (a->q->rows != a->k->rows || paged_kv_init(kv, b, a->k->rows, a->kcache, a->vcache) ||
+	    a->k->cols != kv->row_len || !cu_shape(a->v, KT_F32, a->k->rows, kv->row_len))
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (cu_overlap(t[i], a->kcache) || cu_overlap(t[i], a->vcache))
+			return false;
+	return (a->n_heads + a->n_kv_heads + 7) / 8 <= 65535;
+}
+
+template <typename W, typename CT>
+static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			      const paged_kv &kv)
+{
+	const rope_store_args<W, CT> args = {
+		(float *)a->q->data, (float *)a->k->data, (const float *)a->v->data,
+		(CT *)a->kcache->data, (CT *)a->vcache->data, kv, (const float *)a->inv_freq->data,
+		a->q_norm ? (const W *)a->q_norm->data : NULL,
+		a->k_norm ? (const W *)a->k_norm->data : NULL, a->eps, a->n_heads, a->n_kv_heads,
+		a->head_dim, (int)a->inv_freq->cols, cu->fault,
+	};
+	const dim3 grid((unsigned)a->q->rows,
+			(unsigned)((a->n_heads + a->n_kv_heads + CUDA_THREADS / 32 - 1) /
+				   (CUDA_THREADS / 32)));
+
+	cu_launch(cu->pdl, rope_store_kernel<W, CT>, grid, CUDA_THREADS, 0, cu->stream, args);
+}
+
+template <typename W>
+static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			      const paged_kv &kv)
+{
+	if (a->kcache->dtype == KT_BF16)
+		launch_rope_store<W, __nv_bfloat16>(cu, a, kv);
+	else
+		launch_rope_store<W, float>(cu, a, kv);
+}
+
+int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
+		    const struct kt_batch *b)
+{
+	struct cuda_backend *cu = cu_of(be);
+	paged_kv kv;
+	int rc;
+
+	if (!rope_store_takes(cu, a, b, &kv)) {
+		if ((rc = cuda_rope(be, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim,
+				    a->q_norm, a->eps)) ||
+		    (rc = cuda_rope(be, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim,
+				    a->k_norm, a->eps)))
+			return rc;
+		return cuda_kv_store(be, a->kcache, a->vcache, a->k, a->v, b);
+	}
+	if (!a->q->rows)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	if (a->q_norm && a->q_norm->dtype == KT_BF16)
+		launch_rope_store<__nv_bfloat16>(cu, a, kv);
+	else
+		launch_rope_store<float>(cu, a, kv);
 	CU_LAUNCHED();
 	return 0;
 }

@@ -25,6 +25,7 @@
 
 static const char *model_dir;
 static bool graphs = true; /* cuda_graphs of the engines opened next */
+static bool pdl = true;    /* cuda_pdl of the engines opened next */
 
 static enum atlas_spec spec = ATLAS_SPEC_AUTO;   /* spec of the engines opened next */
 
@@ -37,6 +38,7 @@ static struct atlas_engine *open_engine(int max_batch, int chunk, uint64_t kv_me
 	c.kv_memory = kv_memory;
 	c.context = 512;
 	c.cuda_graphs = graphs;
+	c.cuda_pdl = pdl;
 	/* Drafts at every step where prompt lookup has some: the gate's choices
 	 * follow measured times, and these tests want the same steps each run. */
 	c.spec_gate = false;
@@ -133,25 +135,44 @@ static void test_batched_equals_alone(void **state)
 	atlas_engine_close(e);
 }
 
+/* Engines with *key true and then false (chunk_size chunk, max_tokens
+ * tokens a turn) give the same tokens; *key is true again after. */
+static void assert_key_changes_nothing(bool *key, int chunk, int tokens, const char *what)
+{
+	struct gen on[N_PROMPTS], off[N_PROMPTS];
+	struct atlas_engine *e = open_engine(8, chunk, 64ull << 20);
+	run_batch(e, on, tokens);
+	atlas_engine_close(e);
+	*key = false;
+	e = open_engine(8, chunk, 64ull << 20);
+	run_batch(e, off, tokens);
+	atlas_engine_close(e);
+	*key = true;
+	for (int i = 0; i < N_PROMPTS; i++) {
+		assert_same(on[i], off[i], what);
+		free(on[i].ids);
+		free(off[i].ids);
+	}
+}
+
 /* Decode steps replayed from CUDA graphs (padded to the graph's batch,
  * crossing from the 256-position context bucket into the next) give the
  * tokens of steps launched op by op. On cpu both are op by op. */
 static void test_graphs_on_and_off_agree(void **state)
 {
-	struct gen on[N_PROMPTS], off[N_PROMPTS];
-	struct atlas_engine *e = open_engine(8, 256, 64ull << 20);
-	run_batch(e, on, 200);
-	atlas_engine_close(e);
+	assert_key_changes_nothing(&graphs, 256, 200, "graphs on vs off");
+}
+
+/* Kernels that overlap their neighbours' start and end (programmatic
+ * dependent launch, prefill in chunks of 64 and decode, in graphs and op
+ * by op) give the tokens of kernels that run strictly one after another.
+ * On cpu and on GPUs before Hopper the key changes nothing. */
+static void test_pdl_on_and_off_agree(void **state)
+{
+	assert_key_changes_nothing(&pdl, 64, 80, "pdl on vs off");
 	graphs = false;
-	e = open_engine(8, 256, 64ull << 20);
-	run_batch(e, off, 200);
-	atlas_engine_close(e);
+	assert_key_changes_nothing(&pdl, 64, 80, "pdl on vs off, op by op");
 	graphs = true;
-	for (int i = 0; i < N_PROMPTS; i++) {
-		assert_same(on[i], off[i], "graphs on vs off");
-		free(on[i].ids);
-		free(off[i].ids);
-	}
 }
 
 static void test_chunk_sizes_agree(void **state)
@@ -557,6 +578,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_batch_of_one_is_the_reference),
 		cmocka_unit_test(test_batched_equals_alone),
 		cmocka_unit_test(test_graphs_on_and_off_agree),
+		cmocka_unit_test(test_pdl_on_and_off_agree),
 		cmocka_unit_test(test_chunk_sizes_agree),
 		cmocka_unit_test(test_preemption_recomputes_the_same),
 		cmocka_unit_test(test_logits_independent_of_chunking),

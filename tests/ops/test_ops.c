@@ -40,6 +40,7 @@
 	X(ops_matmul) \
 	X(ops_matmul_isa) \
 	X(ops_matmul_n) \
+	X(ops_rope_store) \
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \
@@ -64,6 +65,7 @@ static const struct kt_config limits = {
 	.threads = 0, .device = 0, .max_tokens = OP_MAX_TOKENS, .max_seqs = OP_MAX_SEQS,
 	.max_context = OP_MAX_CONTEXT, .max_heads = OP_MAX_HEADS,
 	.max_head_dim = OP_MAX_HEAD_DIM,
+	.cuda_pdl = true, /* the engine's default (config/): ops overlap as in a step */
 };
 
 static struct kt_config configs[2];

@@ -5,8 +5,9 @@
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)
  *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)   (one matmul_n)
- *               q, k = rotary (after an rmsnorm per head in Qwen3)
- *               store k, v in the paged cache; att = attention(q, cache)
+ *               q, k = rotary (after an rmsnorm per head in Qwen3),
+ *               and k, v stored in the paged cache   (one rope_store)
+ *               att = attention(q, cache)
  *               proj = att · Woᵀ
  *               xn = rmsnorm(x += proj)
  *               proj = (silu(xn · Wgateᵀ) * (xn · Wupᵀ)) · Wdownᵀ
@@ -91,12 +92,15 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	const struct kt_tensor *qkv[] = { &q, &k, &v }, *wqkv[] = { &w->wq, &w->wk, &w->wv };
 	const struct kt_tensor *bqkv[] = { opt(&w->bq), opt(&w->bk), opt(&w->bv) };
 
+	const struct kt_rope_store_args rs = {
+		.q = &q, .k = &k, .v = &v, .inv_freq = &sc->inv_freq,
+		.q_norm = c->qk_norm ? &w->q_norm : NULL, .k_norm = c->qk_norm ? &w->k_norm : NULL,
+		.kcache = &s->kcache[cache], .vcache = &s->vcache[cache],
+		.n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .eps = c->rms_norm_eps,
+	};
+
 	TRY(model_project_n(be, b, 3, qkv, xn, wqkv, bqkv));
-	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, c->qk_norm ? &w->q_norm : NULL,
-		    c->rms_norm_eps));
-	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, c->qk_norm ? &w->k_norm : NULL,
-		    c->rms_norm_eps));
-	TRY(kt_kv_store(be, &s->kcache[cache], &s->vcache[cache], &k, &v, b));
+	TRY(kt_rope_store(be, &rs, b));
 	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
 	TRY(model_project(be, b, proj, &att, &w->wo, opt(&w->bo)));
 	return 0;

@@ -5,9 +5,10 @@
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)       (1 + w)
  *               linear attention (hybrid_gdn.c), or gated attention:
- *                 q, gate, k, v = xn · Wqᵀ, Wgateᵀ, Wkᵀ, Wvᵀ
- *                 q, k = rotary of the first R dims after a per-head norm
- *                 store k, v in the paged cache; att = attention(q, cache)
+ *                 q, gate, k, v = xn · Wqᵀ, Wgateᵀ, Wkᵀ, Wvᵀ   (one matmul_n)
+ *                 q, k = rotary of the first R dims after a per-head norm,
+ *                 and k, v stored in the paged cache      (one rope_store)
+ *                 att = attention(q, cache)
  *                 proj = (att · sigmoid(gate)) · Woᵀ
  *               xn = rmsnorm(x += proj)
  *               proj = SwiGLU MLP, or the experts' sum plus the shared
@@ -92,14 +93,17 @@ int hybrid_attention_block(struct model *m, int l, const struct model_step *s,
 	const struct kt_tensor k = kt_rows(sc->k, 0, T), v = kt_rows(sc->v, 0, T);
 	const struct kt_tensor att = kt_rows(sc->att, 0, T);
 	const int cache = c->layers[l].cache;
+	const struct kt_tensor *ys[] = { &q, &gate, &k, &v };
+	const struct kt_tensor *ws[] = { &w->wq, &w->wgate, &w->wk, &w->wv };
+	const struct kt_rope_store_args rs = {
+		.q = &q, .k = &k, .v = &v, .inv_freq = &sc->inv_freq,
+		.q_norm = &w->q_norm, .k_norm = &w->k_norm,
+		.kcache = &s->kcache[cache], .vcache = &s->vcache[cache],
+		.n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .eps = c->rms_norm_eps,
+	};
 
-	TRY(model_project(be, b, &q, xn, &w->wq, NULL));
-	TRY(model_project(be, b, &gate, xn, &w->wgate, NULL));
-	TRY(model_project(be, b, &k, xn, &w->wk, NULL));
-	TRY(model_project(be, b, &v, xn, &w->wv, NULL));
-	TRY(kt_rope(be, &q, &b->pos, &sc->inv_freq, hq, d, &w->q_norm, c->rms_norm_eps));
-	TRY(kt_rope(be, &k, &b->pos, &sc->inv_freq, hkv, d, &w->k_norm, c->rms_norm_eps));
-	TRY(kt_kv_store(be, &s->kcache[cache], &s->vcache[cache], &k, &v, b));
+	TRY(model_project_n(be, b, 4, ys, xn, ws, NULL));
+	TRY(kt_rope_store(be, &rs, b));
 	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
 	TRY(kt_sigmoid_mul(be, &att, &att, &gate));
 	return model_project(be, b, proj, &att, &w->wo, NULL);

@@ -1,0 +1,69 @@
+/* Programmatic dependent launch (Hopper and later): a kernel launched by
+ * cu_launch may be put on the multiprocessors while the kernel before it on
+ * the stream is still running, so that the gap between two kernels (the
+ * launch, the first blocks' start, the last blocks' drain) is hidden behind
+ * the work of the first. A decode step is hundreds of short kernels in a
+ * row, and each such gap is a few microseconds of an idle GPU.
+ *
+ * The contract, for every kernel that cu_launch launches:
+ *
+ *   - pdl_wait() comes before its first access to memory that an earlier op
+ *     writes or that a later op may still read: every activation, cache,
+ *     table and output. Only weights (written at load, before any step) may
+ *     be read before it. pdl_wait() returns once the kernel before has
+ *     finished and its writes are visible, which by induction holds for every
+ *     op before it on the stream.
+ *   - pdl_launch_dependents() comes after pdl_wait(): the next kernel's
+ *     blocks may then be placed as soon as every block of this one has
+ *     passed it, which keeps at most two kernels on the multiprocessors, the
+ *     running one and the next one waiting.
+ *
+ * A kernel that is launched without the attribute (cu->pdl false, an older
+ * GPU) runs the two instructions as no-ops; ops of other kinds (copies,
+ * cuBLAS) keep the stream's ordinary order on both sides. The order of the
+ * arithmetic does not change, so results are the same bits either way.
+ */
+#ifndef ATLAS_KERNELS_CUDA_PDL_CUH
+#define ATLAS_KERNELS_CUDA_PDL_CUH
+
+#include <cuda_runtime.h>
+
+/* Wait for the kernel before this one on the stream, and its writes. */
+__device__ __forceinline__ void pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Let the next kernel on the stream be placed (it waits in pdl_wait). */
+__device__ __forceinline__ void pdl_launch_dependents(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...), with programmatic
+ * serialisation when pdl (cuda_backend.pdl): the kernel must keep the
+ * contract above.
+ * A launch error is left for CU_LAUNCHED(), as with <<<>>>. */
+template <typename... Params, typename... Args>
+static inline void cu_launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
+			     size_t smem, cudaStream_t stream, Args... args)
+{
+	cudaLaunchAttribute attr[1];
+	cudaLaunchConfig_t cfg = {};
+
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = stream;
+	cfg.attrs = attr;
+	cfg.numAttrs = pdl ? 1 : 0;
+	(void)cudaLaunchKernelEx(&cfg, kernel, ((Params)args)...);
+}
+
+#endif
