@@ -87,6 +87,8 @@ case_usage() {
 	expect_error 2 bench --batch 0
 	expect_error 2 bench --batch 1,x
 	expect_error 2 bench --gen-tokens 1
+	expect_error 2 bench --prefill-runs 0
+	expect_error 2 bench --prefill-runs 2,3
 	expect_error 2 bench extra
 	expect_error 2 bench --shape 8b
 	expect_error 2 bench --dummy-weights --context x
@@ -108,7 +110,7 @@ case_usage() {
 case_bench() {
 	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \
 		--prompt-tokens 64,9000 --batch 1,3 --context 200 --context-batch 1,200 \
-		--gen-tokens 6 --csv-out "$tmp/bench.csv"
+		--gen-tokens 6 --prefill-runs 3 --csv-out "$tmp/bench.csv"
 	grep -q '^model .*atlas-tiny (Qwen3ForCausalLM, 8 layers' "$tmp/out" ||
 		fail "bench: no model line: $(cat "$tmp/out")"
 	grep -q '^bandwidth  *[0-9][0-9]* GB/s' "$tmp/out" || fail "bench: no bandwidth line"
