@@ -238,8 +238,13 @@ struct kt_comm_stats {
 struct kt_backend;
 
 /* What rope_store takes: one layer's q, k and v of a step, and where its k
- * and v go. The tensors are the engine's; the struct is only the call's. */
+ * and v go. The tensors are the engine's; the struct is only the call's.
+ * With qkv (one product of the three weights stacked), each row of q, k
+ * and v is first taken from it; q then ends as without qkv, and k and v
+ * are scratch whose contents the call leaves unspecified. */
 struct kt_rope_store_args {
+	const struct kt_tensor *qkv;      /* NULL, or [T, (n_heads + 2 n_kv_heads) * D] f32:
+					   * each row q's heads, then k's, then v's */
 	const struct kt_tensor *q;        /* [T, n_heads * D] f32, roped in place */
 	const struct kt_tensor *k;        /* [T, n_kv_heads * D] f32, roped in place, stored */
 	const struct kt_tensor *v;        /* [T, n_kv_heads * D] f32, stored */
@@ -526,9 +531,10 @@ struct kt_ops {
 	/* A layer's rope of q, rope of k and kv_store of k and v as one op,
 	 * each result exactly what the three ops give one after another (the
 	 * same bits): rope(q, b->pos, ...q_norm), rope(k, b->pos, ...k_norm),
-	 * kv_store(kcache, vcache, k, v, b). A backend may run them as one
-	 * launch (cuda: a block per token and group of heads); NULL:
-	 * kt_rope_store runs the three. q, k and v apart from each other
+	 * kv_store(kcache, vcache, k, v, b); with a->qkv, after q, k and v are
+	 * taken out of its rows. A backend may run them as one launch (cuda: a
+	 * block per token and group of heads); NULL: kt_rope_store runs the
+	 * three (and refuses a qkv). q, k, v and qkv apart from each other
 	 * (kt_rope_store refuses them otherwise). */
 	int (*rope_store)(struct kt_backend *be, const struct kt_rope_store_args *a,
 			  const struct kt_batch *b);
@@ -723,6 +729,9 @@ static inline int kt_rope_store(struct kt_backend *be, const struct kt_rope_stor
 	 * writes nothing (the ops check the rest). */
 	if (!a || !b || !a->q || !a->k || !a->v || kt_overlap(a->q, a->k) ||
 	    kt_overlap(a->q, a->v) || kt_overlap(a->k, a->v) || a->head_dim <= 0 ||
+	    (a->qkv && (a->qkv->rows != a->q->rows ||
+			a->qkv->cols != a->q->cols + 2 * a->k->cols || kt_overlap(a->qkv, a->q) ||
+			kt_overlap(a->qkv, a->k) || kt_overlap(a->qkv, a->v))) ||
 	    a->q->rows != a->k->rows || a->v->rows != a->k->rows || a->v->cols != a->k->cols ||
 	    a->q->cols != (int64_t)a->n_heads * a->head_dim ||
 	    a->k->cols != (int64_t)a->n_kv_heads * a->head_dim ||
@@ -731,6 +740,8 @@ static inline int kt_rope_store(struct kt_backend *be, const struct kt_rope_stor
 		return -EINVAL;
 	if (be->ops->rope_store)
 		return KT_OP(rope_store, a, b);
+	if (a->qkv)
+		return -EOPNOTSUPP; /* the rows cannot be taken apart without the op */
 	if ((rc = KT_OP(rope, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim, a->q_norm,
 			a->eps)) ||
 	    (rc = KT_OP(rope, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim, a->k_norm,

@@ -83,6 +83,16 @@ int model_bind(struct model *m, struct kt_tensor *dst, const char *name, int64_t
  * decoder's layers, "mtp.layers" for an MTP head's. */
 int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tensor *dst,
 		     const char *suffix, int64_t rows, int64_t cols, char *err, size_t errlen);
+/* The most matrices model_bind_joined stacks. */
+#define MODEL_JOIN_MAX 4
+/* Matrices <prefix>.<l>.<suffixes[i]> [rows[i], cols] (i < n), of one
+ * dtype, stacked into one *dst [Σ rows, cols] in that order: the weights of
+ * products of one x (q, k and v; gate and up), so that one product makes
+ * them all. Each part holds what model_bind would give it alone (dummy
+ * weights too); kt_rows views of *dst are the parts. */
+int model_bind_joined(struct model *m, struct kt_tensor *dst, const char *prefix, int l,
+		      const char *const *suffixes, const int64_t *rows, int n, int64_t cols,
+		      char *err, size_t errlen);
 /* One matrix of a stack (model_bind_stack): rows [row0, row0 + rows) of
  * tensor name, which is a matrix [rows, cols] (slice < 0; row0 0) or holds
  * the matrix as rows row0.. of slice `slice` of [n_slices, full_rows, cols]. */

@@ -179,6 +179,67 @@ int model_bind_layer(struct model *m, const char *prefix, int l, struct kt_tenso
 	return model_bind(m, dst, name, rows, cols, err, errlen);
 }
 
+int model_bind_joined(struct model *m, struct kt_tensor *dst, const char *prefix, int l,
+		      const char *const *suffixes, const int64_t *rows, int n, int64_t cols,
+		      char *err, size_t errlen)
+{
+	struct st_tensor *t[MODEL_JOIN_MAX];
+	enum kt_dtype dt = KT_BF16;
+	int64_t total = 0, max_part = 0;
+	char name[MODEL_JOIN_MAX][128];
+	unsigned char *buf;
+	size_t esz, off = 0;
+	int rc;
+
+	if (n < 1 || n > MODEL_JOIN_MAX)
+		return atlas_errf(err, errlen, -EINVAL, "%s.%d: %d matrices to join", prefix, l, n);
+	for (int i = 0; i < n; i++) {
+		snprintf(name[i], sizeof name[i], "%s.%d.%s", prefix, l, suffixes[i]);
+		total += rows[i];
+		max_part = rows[i] > max_part ? rows[i] : max_part;
+		if (!m->st)
+			continue;
+		if ((rc = find_float(m, name[i], &t[i], err, errlen)) ||
+		    (rc = check_shape(t[i], rows[i], cols, err, errlen)))
+			return rc;
+		if (i && t[i]->dtype != t[0]->dtype)
+			return atlas_errf(err, errlen, -EINVAL, "%s: tensor %s: dtype %s, %s's is %s",
+					  t[i]->file, name[i], t[i]->dtype_name, name[0],
+					  t[0]->dtype_name);
+		dt = t[i]->dtype;
+	}
+	/* A dummy matrix is the first values of the dummy pool whatever its
+	 * neighbours, as model_bind makes it alone. */
+	if (!m->st && (rc = dummy_values(m, (size_t)max_part * (size_t)cols)))
+		return atlas_errf(err, errlen, rc, "dummy %s: out of host memory", name[0]);
+	esz = kt_dtype_size(dt);
+	if (!(buf = malloc((size_t)total * (size_t)cols * esz)))
+		return atlas_errf(err, errlen, -ENOMEM, "%s: [%lld, %lld]: out of host memory",
+				  name[0], (long long)total, (long long)cols);
+	for (int i = 0; i < n; i++) {
+		const size_t bytes = (size_t)rows[i] * (size_t)cols * esz;
+
+		memcpy(buf + off, m->st ? t[i]->data : (const void *)m->dummy, bytes);
+		off += bytes;
+		if (m->st) {
+			t[i]->bound = true;
+			m->info.file_bytes += t[i]->nbytes;
+		}
+	}
+	rc = kt_weight(m->be, dt, buf, total, cols, false, dst);
+	free(buf);
+	if (rc)
+		return atlas_errf(err, errlen, rc, "%s: [%lld, %lld]: backend: %s", name[0],
+				  (long long)total, (long long)cols, strerror(-rc));
+	if ((rc = note_weight(m, dst))) {
+		kt_free(m->be, dst);
+		return atlas_errf(err, errlen, rc, "out of memory");
+	}
+	m->info.parameters += (uint64_t)total * (uint64_t)cols;
+	m->info.device_bytes += kt_nbytes(dst);
+	return 0;
+}
+
 /* The tensor of part p, checked: its shape and dtype (that of the stack's
  * first part, *dt, once set). */
 static int stack_part(struct model *m, const struct model_part *p, int64_t rows, int64_t cols,

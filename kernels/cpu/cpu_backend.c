@@ -151,6 +151,7 @@ static const struct kt_ops cpu_ops = {
 	.matmul = cpu_matmul,
 	.rope = cpu_rope,
 	.kv_store = cpu_kv_store,
+	.rope_store = cpu_rope_store,
 	.attention = cpu_attention,
 	.attention_part = cpu_attention_part,
 	.attention_staged = cpu_attention_staged,

@@ -188,6 +188,8 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 int cpu_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		 const struct kt_tensor *vcache, const struct kt_tensor *k,
 		 const struct kt_tensor *v, const struct kt_batch *b);
+int cpu_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
+		   const struct kt_batch *b);
 int cpu_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		  const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		  const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim, float scale);

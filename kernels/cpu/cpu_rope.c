@@ -15,9 +15,13 @@
  * The cos/sin of one token live in the worker's scratch and serve all heads.
  *
  * Threads: tokens are split over the OpenMP team.
+ *
+ * rope_store is the two ropes and kv_store one after another, after the
+ * rows of a stacked qkv are copied apart.
  */
 #include <errno.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
 
@@ -91,4 +95,34 @@ int cpu_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_t
 			   eps, s->cos, s->sin);
 	}
 	return 0;
+}
+
+/* rope_store: with qkv, each row's q, k and v copied out of it first; then
+ * the three ops, which is what the contract asks of every backend. */
+int cpu_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
+		   const struct kt_batch *b)
+{
+	int rc;
+
+	if (a->qkv) {
+		const int64_t T = a->q->rows, nq = a->q->cols, nk = a->k->cols;
+
+		if (!cpu_valid(a->qkv, KT_F32) || !cpu_valid(a->q, KT_F32) ||
+		    !cpu_valid(a->k, KT_F32) || !cpu_valid(a->v, KT_F32))
+			return -EINVAL;
+		for (int64_t t = 0; t < T; t++) {
+			const float *row = (const float *)a->qkv->data + t * a->qkv->cols;
+
+			memcpy((float *)a->q->data + t * nq, row, (size_t)nq * sizeof(float));
+			memcpy((float *)a->k->data + t * nk, row + nq, (size_t)nk * sizeof(float));
+			memcpy((float *)a->v->data + t * nk, row + nq + nk,
+			       (size_t)nk * sizeof(float));
+		}
+	}
+	if ((rc = cpu_rope(be, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim, a->q_norm,
+			   a->eps)) ||
+	    (rc = cpu_rope(be, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim, a->k_norm,
+			   a->eps)))
+		return rc;
+	return cpu_kv_store(be, a->kcache, a->vcache, a->k, a->v, b);
 }

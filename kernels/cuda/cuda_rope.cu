@@ -100,15 +100,16 @@ struct rope_regs {
 	float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
 };
 
-/* The head at xa (D = 2·half + tail dims) loaded into r, normalised when
- * norm_w, rotated by the block's cos/sin table and written back; r holds
- * what was written. */
+/* The head at src (D = 2·half + tail dims) loaded into r, normalised when
+ * norm_w, rotated by the block's cos/sin table and written to dst (src, or
+ * a head of its own); r holds what was written. */
 template <typename W>
-__device__ __forceinline__ void rope_head(float *xa, rope_regs &r, const float *cs,
-					  const float *sn, const W *norm_w, float eps, int lane,
-					  int n_half, int tail)
+__device__ __forceinline__ void rope_head(const float *src, float *dst, rope_regs &r,
+					  const float *cs, const float *sn, const W *norm_w,
+					  float eps, int lane, int n_half, int tail)
 {
-	float *xb = xa + n_half, *xc = xa + 2 * n_half;
+	const float *xa = src, *xb = src + n_half, *xc = src + 2 * n_half;
+	float *da = dst, *db = dst + n_half, *dc = dst + 2 * n_half;
 
 #pragma unroll
 	for (int j = 0; j < ROPE_PAIRS; j++) {
@@ -134,18 +135,18 @@ __device__ __forceinline__ void rope_head(float *xa, rope_regs &r, const float *
 
 			r.a[j] = __fmul_rn(a, cs[i]) - __fmul_rn(b, sn[i]);
 			r.b[j] = __fmul_rn(b, cs[i]) + __fmul_rn(a, sn[i]);
-			xa[i] = r.a[j];
-			xb[i] = r.b[j];
+			da[i] = r.a[j];
+			db[i] = r.b[j];
 		}
 	}
-	/* The tail changes only when the norm scaled it. */
-	if (norm_w) {
+	/* In place, the tail changes only when the norm scaled it. */
+	if (norm_w || dst != src) {
 #pragma unroll
 		for (int j = 0; j < ROPE_TAIL; j++) {
 			const int i = lane + 32 * j;
 
 			if (i < tail)
-				xc[i] = r.c[j];
+				dc[i] = r.c[j];
 		}
 	}
 }
@@ -187,15 +188,19 @@ __global__ void rope_kernel(float *x, const int32_t *pos, const float *inv_freq,
 	if (!rope_table(cs, sn, pos[blockIdx.x], inv_freq, half, fault, CUDA_FAULT_ROPE))
 		return;
 	for (int h = warp; h < n_heads; h += blockDim.x >> 5)
-		rope_head(xt + (int64_t)h * D, r, cs, sn, norm_w, eps, lane, half, tail);
+		rope_head(xt + (int64_t)h * D, xt + (int64_t)h * D, r, cs, sn, norm_w, eps, lane,
+			  half, tail);
 }
 
 /* rope_store: what the three ops do, for one token (grid x) and the heads
  * [8·y, 8·y + 8) (grid y, a warp each) of the q heads followed by the k
  * heads. A k head's warp writes the rotated values it holds into the cache
- * row (rounded as kv_store rounds them) and copies the head of v there. */
+ * row (rounded as kv_store rounds them) and copies the head of v there.
+ * With qkv, q, k and v are read from its rows: q and k are written roped
+ * to q and k, v is not copied out (the contract leaves k and v scratch). */
 template <typename W, typename CT>
 struct rope_store_args {
+	const float *qkv;             /* NULL or [T, (n_heads + 2 n_kv) * D] */
 	float *q, *k;                 /* [T, n_heads * D], [T, n_kv * D] */
 	const float *v;               /* [T, n_kv * D] */
 	CT *kc, *vc;                  /* paged caches of n_kv * D cols */
@@ -221,9 +226,14 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 	if (!rope_table(cs, sn, a.kv.pos[t], a.inv_freq, half, a.fault,
 			CUDA_FAULT_ROPE | CUDA_FAULT_KV_STORE))
 		return;
+	/* token t's packed row: q's heads, k's, v's */
+	const float *packed = a.qkv ? a.qkv + t * (a.n_heads + 2 * a.n_kv) * a.D : NULL;
+
 	if (h < a.n_heads) {
-		rope_head(a.q + (t * a.n_heads + h) * a.D, r, cs, sn, a.q_norm, a.eps, lane, half,
-			  tail);
+		float *qh = a.q + (t * a.n_heads + h) * a.D;
+
+		rope_head(packed ? packed + (int64_t)h * a.D : qh, qh, r, cs, sn, a.q_norm, a.eps,
+			  lane, half, tail);
 		return;
 	}
 	if (h >= a.n_heads + a.n_kv)
@@ -233,8 +243,10 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 	const int32_t *blocks = token_blocks(a.kv, t, INT32_MAX);
 	const int64_t row = blocks ? cache_row(a.kv, blocks, a.kv.pos[t]) : -1;
 	const int64_t at = t * a.kv.row_len + (int64_t)kh * a.D;
+	const float *vh = packed ? packed + (int64_t)(a.n_heads + a.n_kv + kh) * a.D : a.v + at;
 
-	rope_head(a.k + at, r, cs, sn, a.k_norm, a.eps, lane, half, tail);
+	rope_head(packed ? packed + (int64_t)h * a.D : a.k + at, a.k + at, r, cs, sn, a.k_norm,
+		  a.eps, lane, half, tail);
 	if (row < 0) {
 		if (lane == 0)
 			atomicOr(a.fault, CUDA_FAULT_KV_STORE);
@@ -260,7 +272,7 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 			narrow_to(&kr[2 * half + i], r.c[j]);
 	}
 	for (int i = lane; i < a.D; i += 32)
-		narrow_to(&vr[i], a.v[at + i]);
+		narrow_to(&vr[i], vh[i]);
 }
 
 static bool rope_args_ok(const struct cuda_backend *cu, const struct kt_tensor *x,
@@ -319,7 +331,7 @@ int cuda_rope(struct kt_backend *be, const struct kt_tensor *x, const struct kt_
 static bool rope_store_takes(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
 			     const struct kt_batch *b, paged_kv *kv)
 {
-	const struct kt_tensor *t[] = { a->q, a->k, a->v };
+	const struct kt_tensor *t[] = { a->q, a->k, a->v, a->qkv };
 
 	if (!rope_args_ok(cu, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim, a->q_norm,
 			  a->eps) ||
@@ -331,8 +343,10 @@ static bool rope_store_takes(const struct cuda_backend *cu, const struct kt_rope
 	if (a->q->rows != a->k->rows || paged_kv_init(kv, b, a->k->rows, a->kcache, a->vcache) ||
 	    a->k->cols != kv->row_len || !cu_shape(a->v, KT_F32, a->k->rows, kv->row_len))
 		return false;
-	for (int i = 0; i < 3; i++)
-		if (cu_overlap(t[i], a->kcache) || cu_overlap(t[i], a->vcache))
+	if (a->qkv && !cu_shape(a->qkv, KT_F32, a->q->rows, a->q->cols + 2 * a->k->cols))
+		return false;
+	for (int i = 0; i < 4; i++)
+		if (t[i] && (cu_overlap(t[i], a->kcache) || cu_overlap(t[i], a->vcache)))
 			return false;
 	return (a->n_heads + a->n_kv_heads + 7) / 8 <= 65535;
 }
@@ -342,7 +356,7 @@ static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rop
 			      const paged_kv &kv)
 {
 	const rope_store_args<W, CT> args = {
-		(float *)a->q->data, (float *)a->k->data, (const float *)a->v->data,
+		a->qkv ? (const float *)a->qkv->data : NULL, (float *)a->q->data, (float *)a->k->data, (const float *)a->v->data,
 		(CT *)a->kcache->data, (CT *)a->vcache->data, kv, (const float *)a->inv_freq->data,
 		a->q_norm ? (const W *)a->q_norm->data : NULL,
 		a->k_norm ? (const W *)a->k_norm->data : NULL, a->eps, a->n_heads, a->n_kv_heads,
@@ -365,6 +379,31 @@ static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rop
 		launch_rope_store<W, float>(cu, a, kv);
 }
 
+/* q, k and v taken out of the rows of a->qkv (the three ops' way). */
+static int unpack_qkv(struct cuda_backend *cu, const struct kt_rope_store_args *a)
+{
+	const struct kt_tensor *parts[] = { a->q, a->k, a->v };
+	const int64_t T = a->q->rows, ld = a->qkv->cols;
+	int64_t c0 = 0;
+
+	if (!cu_shape(a->qkv, KT_F32, T, ld) || !cu_valid(a->q, KT_F32) ||
+	    !cu_valid(a->k, KT_F32) || !cu_valid(a->v, KT_F32))
+		return -EINVAL;
+	if (!T)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	for (int i = 0; i < 3; i++) {
+		const int64_t n = parts[i]->cols;
+
+		CU_CHECK(cudaMemcpy2DAsync(parts[i]->data, (size_t)n * sizeof(float),
+					   (const float *)a->qkv->data + c0, (size_t)ld * sizeof(float),
+					   (size_t)n * sizeof(float), (size_t)T,
+					   cudaMemcpyDeviceToDevice, cu->stream));
+		c0 += n;
+	}
+	return 0;
+}
+
 int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 		    const struct kt_batch *b)
 {
@@ -373,6 +412,8 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 	int rc;
 
 	if (!rope_store_takes(cu, a, b, &kv)) {
+		if (a->qkv && (rc = unpack_qkv(cu, a)))
+			return rc;
 		if ((rc = cuda_rope(be, a->q, &b->pos, a->inv_freq, a->n_heads, a->head_dim,
 				    a->q_norm, a->eps)) ||
 		    (rc = cuda_rope(be, a->k, &b->pos, a->inv_freq, a->n_kv_heads, a->head_dim,

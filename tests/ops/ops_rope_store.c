@@ -13,8 +13,11 @@
  * with the bf16 q/k norms, decode rows and a prefill segment, caches of
  * their own and block-major ones; Qwen3-Next's partial rotary (64 of 256
  * dims, f32 norms) into f32 caches; no norm at head_dim 64; a q norm
- * without a k norm (cuda runs the three ops apart). Refusals: q and k that
- * overlap, a k of the wrong width; nothing is written.
+ * without a k norm (cuda runs the three ops apart). The same with q, k and
+ * v given as the rows of one qkv (q, k and v poisoned before: their values
+ * must come from qkv; k and v are scratch then and not compared).
+ * Refusals: q and k that overlap, a k of the wrong width; nothing is
+ * written.
  */
 #include <errno.h>
 #include <math.h>
@@ -28,6 +31,7 @@ struct rs_params {
 	struct paged_params w;
 	int rot;    /* rotated dims of a head; 0: all */
 	enum rs_norm norm;
+	bool packed; /* q, k and v given as the rows of one qkv tensor (k and v scratch) */
 };
 
 struct rs_in {
@@ -83,7 +87,7 @@ struct rs_dev {
 };
 
 static struct rs_dev rs_setup(struct op_run *r, const struct op_backend *b,
-			      const struct rs_in *in)
+			      const struct rs_in *in, bool poisoned)
 {
 	const struct paged_world *w = &in->world;
 	struct rs_dev s;
@@ -92,10 +96,28 @@ static struct rs_dev rs_setup(struct op_run *r, const struct op_backend *b,
 	for (int c = 0; c < w->n_hist; c++)
 		op_ok(r, paged_store(r, b, w, &s.d, &w->hist[c]), "history stored");
 	s.batch = paged_batch(r, b, w, &s.d, &w->step, paged_max_len(&w->step));
-	s.q = op_tensor(r, b, KT_F32, w->step.T, w->QC, w->q);
-	s.k = op_tensor(r, b, KT_F32, w->step.T, w->C, in->k);
-	s.v = op_tensor(r, b, KT_F32, w->step.T, w->C, in->v);
+	s.q = op_tensor(r, b, KT_F32, w->step.T, w->QC, poisoned ? NULL : w->q);
+	s.k = op_tensor(r, b, KT_F32, w->step.T, w->C, poisoned ? NULL : in->k);
+	s.v = op_tensor(r, b, KT_F32, w->step.T, w->C, poisoned ? NULL : in->v);
 	return s;
+}
+
+/* The step's q, k and v rows side by side, as one product of the stacked
+ * weights gives them. */
+static float *rs_packed(struct op_run *r, const struct rs_in *in)
+{
+	const struct paged_world *w = &in->world;
+	const size_t ld = (size_t)w->QC + 2 * (size_t)w->C;
+	float *qkv = op_floats(r, (size_t)w->step.T * ld);
+
+	for (int t = 0; t < w->step.T; t++) {
+		float *row = qkv + (size_t)t * ld;
+
+		memcpy(row, w->q + (size_t)t * w->QC, (size_t)w->QC * sizeof(float));
+		memcpy(row + w->QC, in->k + (size_t)t * w->C, (size_t)w->C * sizeof(float));
+		memcpy(row + w->QC + w->C, in->v + (size_t)t * w->C, (size_t)w->C * sizeof(float));
+	}
+	return qkv;
 }
 
 static void *rs_run(struct op_run *r, const void *params, const void *input,
@@ -106,7 +128,9 @@ static void *rs_run(struct op_run *r, const void *params, const void *input,
 	const struct paged_world *w = &in->world;
 	const enum kt_dtype ndt = p->norm == RS_BF16 ? KT_BF16 : KT_F32;
 	struct rs_out *o = op_alloc(r, sizeof(*o));
-	struct rs_dev one = rs_setup(r, b, in), three = rs_setup(r, b, in);
+	struct rs_dev one = rs_setup(r, b, in, p->packed), three = rs_setup(r, b, in, false);
+	struct kt_tensor qkv = op_tensor(r, b, KT_F32, w->step.T, w->QC + 2 * w->C,
+					 p->packed ? rs_packed(r, in) : NULL);
 	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, rs_rot(p) / 2, in->inv);
 	struct kt_tensor qn = ndt == KT_BF16 ? op_weight_bf16(r, b, in->qn, 1, p->w.D)
 					    : op_weight(r, b, KT_F32, in->qn, 1, p->w.D);
@@ -115,7 +139,7 @@ static void *rs_run(struct op_run *r, const void *params, const void *input,
 	const struct kt_tensor *qnp = p->norm == RS_NONE ? NULL : &qn;
 	const struct kt_tensor *knp = p->norm == RS_NONE || p->norm == RS_Q_ONLY ? NULL : &kn;
 	struct kt_rope_store_args a = {
-		.q = &one.q, .k = &one.k, .v = &one.v, .inv_freq = &inv, .q_norm = qnp,
+		.qkv = p->packed ? &qkv : NULL, .q = &one.q, .k = &one.k, .v = &one.v, .inv_freq = &inv, .q_norm = qnp,
 		.k_norm = knp, .kcache = &one.d.kc, .vcache = &one.d.vc, .n_heads = p->w.n_heads,
 		.n_kv_heads = p->w.n_kv, .head_dim = p->w.D, .eps = rs_eps,
 	};
@@ -139,6 +163,7 @@ static void *rs_run(struct op_run *r, const void *params, const void *input,
 static void rs_check(struct op_run *r, const void *params, const void *input, const void *got,
 		     const void *cpu)
 {
+	const struct rs_params *p = params;
 	const struct rs_in *in = input;
 	const struct paged_world *w = &in->world;
 	const struct rs_out *g = got, *c = cpu;
@@ -149,12 +174,14 @@ static void rs_check(struct op_run *r, const void *params, const void *input, co
 	op_check_rc(r, g->rc_k, 0, "rope of k runs");
 	op_check_rc(r, g->rc_store, 0, "kv_store runs");
 	op_check_bits(r, g->q, g->q_apart, nq, "q equal to rope's");
-	op_check_bits(r, g->k, g->k_apart, nk, "k equal to rope's");
+	if (!p->packed)
+		op_check_bits(r, g->k, g->k_apart, nk, "k equal to rope's");
 	op_check_bits(r, g->snap, g->snap_apart, paged_snapshot_rows(w) * w->C,
 		      "every cache row equal to kv_store's after rope");
 	if (c) {
 		op_check_close(r, g->q, c->q, nq, 1e-5, 1e-12, "q against the cpu");
-		op_check_close(r, g->k, c->k, nk, 1e-5, 1e-12, "k against the cpu");
+		if (!p->packed)
+			op_check_close(r, g->k, c->k, nk, 1e-5, 1e-12, "k against the cpu");
 	}
 }
 
@@ -251,6 +278,22 @@ static const struct op_case cases[] = {
 	   .w = { .n_heads = 8, .n_kv = 2, .D = 64, .bs = 16, SEQS({ 30, 3 }),
 		  .shape = SHAPE_STEP, .qmag = 1, .kmag = 1 },
 	   .norm = RS_Q_ONLY),
+	RS("rope_store packed qkv, 8B heads, 3 decode rows and a segment of 20",
+	   .w = { .n_heads = 32, .n_kv = 8, .D = 128, .bs = 16, SEQS({ 37, 1 }, { 0, 20 },
+		  { 100, 1 }, { 15, 1 }), .shape = SHAPE_STEP, .qmag = 1, .kmag = 1 },
+	   .norm = RS_BF16, .packed = true),
+	RS("rope_store packed qkv, partial R=64 of 256, f32 caches",
+	   .w = { .n_heads = 16, .n_kv = 2, .D = 256, .bs = 8, SEQS({ 5, 7 }, { 12, 1 }),
+		  .kv = KV_F32, .shape = SHAPE_STEP, .qmag = 1, .kmag = 1 },
+	   .rot = 64, .norm = RS_F32, .packed = true),
+	RS("rope_store packed qkv, q norm without k norm (cuda: taken apart, three ops)",
+	   .w = { .n_heads = 8, .n_kv = 2, .D = 64, .bs = 16, SEQS({ 30, 3 }, { 2, 1 }),
+		  .shape = SHAPE_STEP, .qmag = 1, .kmag = 1 },
+	   .norm = RS_Q_ONLY, .packed = true),
+	RS("rope_store packed qkv, no norm, 9 shuffled tokens",
+	   .w = { .n_heads = 4, .n_kv = 4, .D = 64, .bs = 4, SEQS({ 6, 5 }, { 0, 4 }),
+		  .shape = SHAPE_PLAIN, .qmag = 1, .kmag = 1 },
+	   .packed = true),
 	RS_FAULT("rope_store: q and k overlap", RS_QK_OVERLAP),
 	RS_FAULT("rope_store: k of the wrong width", RS_K_COLS),
 };

@@ -24,6 +24,10 @@ extern const struct model_family dense_family;
  * with Hq = n_heads, Hkv = n_kv_heads, D = head_dim, E = hidden, I = intermediate. */
 struct dense_layer {
 	struct kt_tensor attn_norm;     /* [1, E] */
+	/* q, k and v stacked [(Hq + 2 Hkv)*D, E] (model_bind_joined), of which
+	 * wq, wk and wv are row views; no data in a model with attention_bias,
+	 * whose wq, wk and wv are tensors of their own. */
+	struct kt_tensor wqkv;
 	struct kt_tensor wq, wk, wv;    /* [Hq*D, E], [Hkv*D, E], [Hkv*D, E] */
 	struct kt_tensor bq, bk, bv;    /* [1, Hq*D], [1, Hkv*D], [1, Hkv*D] (attention_bias) */
 	struct kt_tensor q_norm, k_norm;  /* [1, D] (qk_norm) */
@@ -32,6 +36,9 @@ struct dense_layer {
 	/* A dense MLP, or in a layer whose mlp is MODEL_MLP_MOE the experts
 	 * (then w_gate .. b_down have no data). */
 	struct moe_layer moe;
+	/* gate and up stacked [2I, E], of which w_gate and w_up are row views;
+	 * no data with mlp_bias (or experts). */
+	struct kt_tensor w_gate_up;
 	struct kt_tensor w_gate, w_up;  /* [I, E] */
 	struct kt_tensor w_down;        /* [E, I] */
 	struct kt_tensor b_gate, b_up, b_down;  /* [1, I], [1, I], [1, E] (mlp_bias) */
@@ -46,13 +53,17 @@ struct dense_scratch {
 	struct kt_tensor q;             /* [max_tokens, Hq*D] */
 	struct kt_tensor k, v;          /* [max_tokens, Hkv*D] */
 	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
-	struct kt_tensor gate, up;      /* [max_tokens, I] */
+	struct kt_tensor gate, up;      /* [max_tokens, I]: the two halves of gate_up's memory */
+	struct kt_tensor gate_up;       /* [max_tokens, 2I]: the product of w_gate_up */
+	struct kt_tensor qkv;           /* [max_tokens, (Hq + 2 Hkv)*D]: the product of wqkv
+					 * (layers that have it) */
 	/* bf16 inputs of a dense block's products, allocated when the backend
 	 * rounds x to bf16 itself (matmul_x_bf16): the norms and swiglu write
 	 * the rounded values once instead of every product rounding them again,
 	 * and the products read half the bytes. The same bits either way. */
 	struct kt_tensor xnb;           /* [max_tokens, E] bf16 */
-	struct kt_tensor act;           /* [max_tokens, I] bf16: silu(gate) * up */
+	struct kt_tensor act;           /* [max_tokens, I]: silu(gate) * up, bf16 where the
+					 * backend rounds x (else f32) */
 	struct kt_tensor out_h;         /* [max_out, E] final hidden rows that get logits */
 	struct kt_tensor inv_freq;      /* [1, R/2] rotary inverse frequencies (R = rope_dim) */
 };

@@ -4,13 +4,15 @@
  *
  *   x = embed(ids)
  *   per layer:  xn = rmsnorm(x += previous block's output)
- *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)   (one matmul_n)
+ *               q, k, v = xn · Wqᵀ, Wkᵀ, Wvᵀ (+ bias)   (one product of the
+ *                         stacked wqkv; with biases, one matmul_n)
  *               q, k = rotary (after an rmsnorm per head in Qwen3),
  *               and k, v stored in the paged cache   (one rope_store)
  *               att = attention(q, cache)
  *               proj = att · Woᵀ
  *               xn = rmsnorm(x += proj)
  *               proj = (silu(xn · Wgateᵀ) * (xn · Wupᵀ)) · Wdownᵀ
+ *                      (gate and up: one product of w_gate_up)
  *                      (or the experts' sum in an MoE layer, moe.h)
  *   logits = lm_head · rmsnorm(x += proj)[out_rows]
  *
@@ -53,13 +55,20 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	    (rc = model_alloc(m, KT_F32, t, kv, &s->k, "k", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, t, kv, &s->v, "v", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, t, q, &s->att, "att", err, errlen)) ||
-	    (rc = model_alloc(m, KT_F32, t, in, &s->gate, "gate", err, errlen)) ||
-	    (rc = model_alloc(m, KT_F32, t, in, &s->up, "up", err, errlen)) ||
+	    (rc = model_alloc(m, KT_F32, t, 2 * in, &s->gate_up, "gate_up", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, m->max_out, e, &s->out_h, "out_h", err, errlen)))
 		return rc;
+	/* gate and up: the halves of gate_up's memory, [t, I] each */
+	s->gate = kt_reshape(kt_rows(kt_reshape(s->gate_up, 2 * t, in), 0, t), t, in);
+	s->up = kt_reshape(kt_rows(kt_reshape(s->gate_up, 2 * t, in), t, t), t, in);
+	if (d->layers[0].wqkv.data &&
+	    (rc = model_alloc(m, KT_F32, t, q + 2 * kv, &s->qkv, "qkv", err, errlen)))
+		return rc;
 	if (m->be->info.matmul_x_bf16 &&
-	    ((rc = model_alloc(m, KT_BF16, t, e, &s->xnb, "xnb", err, errlen)) ||
-	     (in && (rc = model_alloc(m, KT_BF16, t, in, &s->act, "act", err, errlen)))))
+	    (rc = model_alloc(m, KT_BF16, t, e, &s->xnb, "xnb", err, errlen)))
+		return rc;
+	if (in && (rc = model_alloc(m, m->be->info.matmul_x_bf16 ? KT_BF16 : KT_F32, t, in,
+				    &s->act, "act", err, errlen)))
 		return rc;
 	return model_rope_table(m, &s->inv_freq, err, errlen);
 }
@@ -68,7 +77,8 @@ void dense_free_scratch(struct model *m, struct dense_model *d)
 {
 	struct dense_scratch *s = &d->s;
 	struct kt_tensor *all[] = { &s->x, &s->xn, &s->proj, &s->q, &s->k, &s->v, &s->att,
-				    &s->gate, &s->up, &s->xnb, &s->act, &s->out_h, &s->inv_freq };
+				    &s->gate_up, &s->qkv, &s->xnb, &s->act, &s->out_h,
+				    &s->inv_freq };
 	for (size_t i = 0; i < ATLAS_ARRAY_LEN(all); i++)
 		if (all[i]->data)
 			kt_free(m->be, all[i]);
@@ -92,14 +102,19 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 	const struct kt_tensor *qkv[] = { &q, &k, &v }, *wqkv[] = { &w->wq, &w->wk, &w->wv };
 	const struct kt_tensor *bqkv[] = { opt(&w->bq), opt(&w->bk), opt(&w->bv) };
 
+	const struct kt_tensor qkv_all = w->wqkv.data ? kt_rows(sc->qkv, 0, T) : q;
 	const struct kt_rope_store_args rs = {
-		.q = &q, .k = &k, .v = &v, .inv_freq = &sc->inv_freq,
+		.qkv = w->wqkv.data ? &qkv_all : NULL, .q = &q, .k = &k, .v = &v,
+		.inv_freq = &sc->inv_freq,
 		.q_norm = c->qk_norm ? &w->q_norm : NULL, .k_norm = c->qk_norm ? &w->k_norm : NULL,
 		.kcache = &s->kcache[cache], .vcache = &s->vcache[cache],
 		.n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .eps = c->rms_norm_eps,
 	};
 
-	TRY(model_project_n(be, b, 3, qkv, xn, wqkv, bqkv));
+	if (w->wqkv.data)
+		TRY(model_project(be, b, &qkv_all, xn, &w->wqkv, NULL));
+	else
+		TRY(model_project_n(be, b, 3, qkv, xn, wqkv, bqkv));
 	TRY(kt_rope_store(be, &rs, b));
 	TRY(model_attend(m, s, cache, &att, &q, hq, hkv, d, 1.0f / sqrtf((float)d)));
 	TRY(model_project(be, b, proj, &att, &w->wo, opt(&w->bo)));
@@ -115,7 +130,7 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	struct kt_backend *be = m->be;
 	const int T = b->n_tokens;
 	const struct kt_tensor gate = kt_rows(dm->s.gate, 0, T), up = kt_rows(dm->s.up, 0, T);
-	const struct kt_tensor act = dm->s.act.data ? kt_rows(dm->s.act, 0, T) : gate;
+	const struct kt_tensor act = kt_rows(dm->s.act, 0, T);
 
 	if (m->cfg.layers[l].mlp == MODEL_MLP_MOE)
 		return moe_forward(m, &w->moe, &dm->moe, b, xn, proj);
@@ -123,8 +138,15 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	const struct kt_tensor *gu[] = { &gate, &up }, *wgu[] = { &w->w_gate, &w->w_up };
 	const struct kt_tensor *bgu[] = { opt(&w->b_gate), opt(&w->b_up) };
 
-	TRY(model_project_n(be, b, 2, gu, xn, wgu, bgu));
-	TRY(kt_swiglu(be, &act, &gate, &up));
+	if (w->w_gate_up.data) {
+		const struct kt_tensor gate_up = kt_rows(dm->s.gate_up, 0, T);
+
+		TRY(model_project(be, b, &gate_up, xn, &w->w_gate_up, NULL));
+		TRY(kt_swiglu(be, &act, &gate_up, NULL));
+	} else {
+		TRY(model_project_n(be, b, 2, gu, xn, wgu, bgu));
+		TRY(kt_swiglu(be, &act, &gate, &up));
+	}
 	TRY(model_project(be, b, proj, &act, &w->w_down, opt(&w->b_down)));
 	return 0;
 }
