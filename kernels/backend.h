@@ -538,6 +538,15 @@ struct kt_ops {
 	 * (kt_rope_store refuses them otherwise). */
 	int (*rope_store)(struct kt_backend *be, const struct kt_rope_store_args *a,
 			  const struct kt_batch *b);
+	/* act = silu(x · w_gateᵀ) * (x · w_upᵀ) for w [2I, K], the gate's rows
+	 * stacked over the up's: exactly matmul(gu, x, w) then swiglu(act, gu,
+	 * NULL) (the same bits), gu [T, 2I] f32 the product's scratch, whose
+	 * contents after are unspecified. act [T, I] f32 or bf16. A backend
+	 * may fuse them (cuda: swiglu in the GEMV's epilogue at decode sizes);
+	 * NULL: kt_matmul_swiglu runs the two. */
+	int (*matmul_swiglu)(struct kt_backend *be, const struct kt_tensor *act,
+			     const struct kt_tensor *gu, const struct kt_tensor *x,
+			     const struct kt_tensor *w);
 };
 
 /* The most products of one matmul_n. */
@@ -748,6 +757,24 @@ static inline int kt_rope_store(struct kt_backend *be, const struct kt_rope_stor
 			a->eps)))
 		return rc;
 	return KT_OP(kv_store, a->kcache, a->vcache, a->k, a->v, b);
+}
+static inline int kt_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
+				   const struct kt_tensor *gu, const struct kt_tensor *x,
+				   const struct kt_tensor *w)
+{
+	int rc;
+
+	/* The shapes for every backend, before anything runs. */
+	if (!act || !gu || !x || !w || w->rows % 2 || w->cols != x->cols ||
+	    gu->rows != x->rows || gu->cols != w->rows || act->rows != x->rows ||
+	    2 * act->cols != w->rows || kt_overlap(act, gu) || kt_overlap(act, x) ||
+	    kt_overlap(gu, x))
+		return -EINVAL;
+	if (be->ops->matmul_swiglu)
+		return KT_OP(matmul_swiglu, act, gu, x, w);
+	if ((rc = KT_OP(matmul, gu, x, w, NULL)))
+		return rc;
+	return KT_OP(swiglu, act, gu, NULL);
 }
 #undef KT_OP
 

@@ -45,6 +45,20 @@ int model_project(struct kt_backend *be, const struct kt_batch *b, const struct 
 	return kt_matmul(be, &y1, &x1, w, bias);
 }
 
+int model_project_swiglu(struct kt_backend *be, const struct kt_batch *b,
+			 const struct kt_tensor *act, const struct kt_tensor *gu,
+			 const struct kt_tensor *x, const struct kt_tensor *w)
+{
+	const int64_t T = x->rows, d = b->n_single;
+	if (d <= 0 || d >= T)
+		return kt_matmul_swiglu(be, act, gu, x, w);
+	const struct kt_tensor a0 = kt_rows(*act, 0, d), a1 = kt_rows(*act, d, T - d);
+	const struct kt_tensor g0 = kt_rows(*gu, 0, d), g1 = kt_rows(*gu, d, T - d);
+	const struct kt_tensor x0 = kt_rows(*x, 0, d), x1 = kt_rows(*x, d, T - d);
+	TRY(kt_matmul_swiglu(be, &a0, &g0, &x0, w));
+	return kt_matmul_swiglu(be, &a1, &g1, &x1, w);
+}
+
 int model_project_n(struct kt_backend *be, const struct kt_batch *b, int n,
 		    const struct kt_tensor *const *ys, const struct kt_tensor *x,
 		    const struct kt_tensor *const *ws, const struct kt_tensor *const *biases)

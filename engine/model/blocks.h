@@ -21,6 +21,11 @@ int model_rope_table(struct model *m, struct kt_tensor *t, char *err, size_t err
 int model_project(struct kt_backend *be, const struct kt_batch *b, const struct kt_tensor *y,
 		  const struct kt_tensor *x, const struct kt_tensor *w,
 		  const struct kt_tensor *bias);
+/* act = silu(x · w_gateᵀ) * (x · w_upᵀ) of a stacked w [2I, K] through the
+ * scratch gu [T, 2I], split as model_project splits (kt_matmul_swiglu). */
+int model_project_swiglu(struct kt_backend *be, const struct kt_batch *b,
+			 const struct kt_tensor *act, const struct kt_tensor *gu,
+			 const struct kt_tensor *x, const struct kt_tensor *w);
 /* ys[i] = x · ws[i]ᵀ (+ biases[i]) for i < n, split as model_project splits
  * them: the products of one x (a layer's q, k and v, its gate and up), which
  * a backend may run as one launch (kt_matmul_n). */

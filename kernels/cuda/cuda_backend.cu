@@ -111,6 +111,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_sigmoid_mul,
 	cuda_matmul_n,
 	cuda_rope_store,
+	cuda_matmul_swiglu,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)

@@ -85,11 +85,7 @@ gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ 
 		wok[nt] = r < N;
 		wr[nt] = w + (wok[nt] ? r : 0) * K;
 	}
-#pragma unroll
-	for (int h = 0; h < HALVES; h++) {
-		xok[h] = h * 8 + g < T;
-		xr[h] = x + (int64_t)(xok[h] ? h * 8 + g : 0) * K;
-	}
+	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
 	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
 	__syncthreads();
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
@@ -142,6 +138,104 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
 	if (rows < GEMV_NT2_MIN_N)
 		return launch_tt<1, 16>(cu, parts, x, T, K);
 	return launch_tt<2, 16>(cu, parts, x, T, K);
+}
+
+/* matmul_swiglu at decode sizes: a block takes rows of the gate and the
+ * same rows of the up of the stacked w [2I, K] and writes act = silu(g) * u,
+ * rounded as swiglu stores it, instead of g and u. NT = 1: one n-tile of 4
+ * gate rows over their 4 up rows (8 rows a block, as gemv_kernel<1> has:
+ * up to 8 tokens); NT = 2: a tile of 8 gate rows and one of their 8 up rows
+ * (as gemv_kernel<2>: above 8 tokens). Which rows share a tile changes no
+ * output's arithmetic (the top of this file), so act has the bits of the
+ * product and swiglu apart. In a tile's layout (gemv_tile_warp) weight row
+ * j of element i is 2·(i % 4) + (i / 32 % 2) of its n-tile: with NT = 1,
+ * the up of element i (j < 4) is element i + 2; with NT = 2, element i +
+ * 128 (the second n-tile). */
+template <int NT, int TT, typename XT, typename OT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
+gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
+		   const XT *__restrict__ x, int T, int I, int K)
+{
+	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
+	constexpr int ROWS = NT == 1 ? 4 : 8; /* gate rows a block */
+	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+	const int64_t n0 = (int64_t)blockIdx.x * ROWS;
+	const __nv_bfloat16 *wr[NT];
+	const XT *xr[HALVES];
+	bool wok[NT], xok[HALVES];
+
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		/* lane row g of n-tile nt: gate or up, and which of their rows */
+		const bool up = NT == 1 ? g >= 4 : nt == 1;
+		const int64_t r = n0 + (NT == 1 ? (g & 3) : g);
+
+		wok[nt] = r < I;
+		wr[nt] = w + (wok[nt] ? r + (up ? (int64_t)I : 0) : 0) * K;
+	}
+	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
+	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
+	__syncthreads();
+	for (int i = threadIdx.x; i < E; i += blockDim.x) {
+		const int l = i % 32, c = i / 32 % 4, j = 2 * (l & 3) + (c & 1);
+		const int t = (l >> 2) + (c >= 2 ? 8 : 0);
+		const int64_t r = n0 + j;
+
+		if (i >= 128 || (NT == 1 && j >= 4))
+			continue; /* an up element: read with its gate's */
+		if (t < T && r < I) {
+			const float gi = gemv_tile_sum<NT>(ring, i);
+			const float u = gemv_tile_sum<NT>(ring, NT == 1 ? i + 2 : i + 128);
+
+			narrow_to(&act[(int64_t)t * I + r], gi / (1.0f + expf(-gi)) * u);
+		}
+	}
+}
+
+template <int NT, int TT, typename XT, typename OT>
+static void launch_swiglu_tt(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w,
+			     const XT *x, int T, int I, int K)
+{
+	constexpr int ROWS = NT == 1 ? 4 : 8;
+
+	cu_launch(cu->pdl, gemv_swiglu_kernel<NT, TT, XT, OT>, (unsigned)((I + ROWS - 1) / ROWS),
+		  GEMV_WARPS * 32, 0, cu->stream, act, w, x, T, I, K);
+}
+
+/* The tiles of gemv_kernel's choice for the same T (launch() below). */
+template <typename XT, typename OT>
+static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w, const XT *x,
+			  int T, int I, int K)
+{
+	if (T <= 8)
+		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K);
+	else
+		launch_swiglu_tt<2, 16>(cu, act, w, x, T, I, K);
+}
+
+template <typename XT>
+static void launch_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
+			  const __nv_bfloat16 *w, const XT *x, int T, int I, int K)
+{
+	if (act->dtype == KT_BF16)
+		launch_swiglu(cu, (__nv_bfloat16 *)act->data, w, x, T, I, K);
+	else
+		launch_swiglu(cu, (float *)act->data, w, x, T, I, K);
+}
+
+int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
+		     const struct kt_tensor *x, const struct kt_tensor *w)
+{
+	const int T = (int)x->rows, I = (int)(w->rows / 2), K = (int)x->cols;
+	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
+
+	if (x->dtype == KT_BF16)
+		launch_swiglu(cu, act, wd, (const __nv_bfloat16 *)x->data, T, I, K);
+	else
+		launch_swiglu(cu, act, wd, (const float *)x->data, T, I, K);
+	CU_LAUNCHED();
+	return 0;
 }
 
 bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)

@@ -38,6 +38,10 @@ bool cuda_gemv_n_takes(int n, const struct kt_tensor *x, const struct kt_tensor 
 int cuda_gemv_n(struct cuda_backend *cu, int n, const struct kt_tensor *const *ys,
 		const struct kt_tensor *x, const struct kt_tensor *const *ws,
 		const struct kt_tensor *const *biases);
+/* Enqueue act = silu(x · w[:I]ᵀ) * (x · w[I:]ᵀ) for a stacked w [2I, K] the
+ * GEMV takes, act f32 or bf16; arguments checked by the caller. */
+int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
+		     const struct kt_tensor *x, const struct kt_tensor *w);
 #endif
 
 #endif

@@ -72,6 +72,19 @@ struct gemv_x<__nv_bfloat16> {
 	}
 };
 
+/* The tile's rows of x for lane row g: row g + 8h of x (h < HALVES), or
+ * row 0, marked not ok, past T. */
+template <int HALVES, typename XT>
+__device__ __forceinline__ void gemv_x_rows(const XT *x, int T, int K, int g,
+					    const XT *(&xr)[HALVES], bool (&xok)[HALVES])
+{
+#pragma unroll
+	for (int h = 0; h < HALVES; h++) {
+		xok[h] = h * 8 + g < T;
+		xr[h] = x + (int64_t)(xok[h] ? h * 8 + g : 0) * K;
+	}
+}
+
 /* Warp `warp` (lane `lane`) of the block: the products of its k-steps of
  * the tile's x rows xr[h] (h < HALVES; row g + 8h of the tile, xok false:
  * zeros) with the weight rows wr[nt] (row g of n-tile nt; wok false:

@@ -277,6 +277,9 @@ int cuda_kv_store(struct kt_backend *be, const struct kt_tensor *kcache,
 		  const struct kt_tensor *v, const struct kt_batch *b);
 int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 		    const struct kt_batch *b);
+int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
+		       const struct kt_tensor *gu, const struct kt_tensor *x,
+		       const struct kt_tensor *w);
 int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,

@@ -27,6 +27,11 @@
  * matmul_n (the products of one x): one GEMV launch when the GEMV takes
  * every weight, else the products one after another.
  *
+ * matmul_swiglu (a stacked gate/up product and its SwiGLU): the GEMV with
+ * the SwiGLU in its epilogue when the GEMV takes w (decode sizes) and I is
+ * at most CUDA_SWIGLU_FUSE_MAX_I, else the product into gu and swiglu of
+ * its halves.
+ *
  * Launch: to_bf16_kernel and bias_kernel are grid-stride loops over the
  * elements; the product is cuBLAS's choice, on the backend's stream with the
  * workspace given at open (cuBLAS allocates nothing here).
@@ -37,6 +42,14 @@
 #include "kernels/cuda/cuda_gemv.h"
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_pdl.cuh"
+
+/* The widest MLP (I) whose matmul_swiglu runs the fused GEMV. Measured on
+ * an H100 (docs/perf.md, 2026-11-27), fused against the stacked product
+ * and swiglu apart: Qwen3-0.6B (I = 3072) +3 to +5 % tokens/s at batch 1,
+ * where the launch it saves is a large share of a small layer; Qwen3-8B
+ * (I = 12288) -3 % at batch 8 and 16, its gate and up rows read from two
+ * places a block instead of one, and no gain at batch 1. */
+#define CUDA_SWIGLU_FUSE_MAX_I 4096
 
 /* ws[r, k] = bf16(x[r, k0 + k])   ws [rows, kl] packed, x [rows, K] */
 __global__ void to_bf16_kernel(__nv_bfloat16 *ws, const float *x, int64_t rows, int64_t K,
@@ -201,4 +214,24 @@ int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *y
 			return rc;
 	}
 	return 0;
+}
+
+int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
+		       const struct kt_tensor *gu, const struct kt_tensor *x,
+		       const struct kt_tensor *w)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int rc;
+
+	if (!matmul_args_ok(gu, x, w, NULL) || !act ||
+	    (act->dtype != KT_F32 && act->dtype != KT_BF16) ||
+	    !cu_shape(act, act->dtype, x->rows, w->rows / 2) || w->rows % 2)
+		return -EINVAL;
+	if (x->rows && x->cols && w->rows / 2 <= CUDA_SWIGLU_FUSE_MAX_I && cuda_gemv_takes(x, w)) {
+		CU_CHECK(cu_enter(cu));
+		return cuda_gemv_swiglu(cu, act, x, w);
+	}
+	if ((rc = cuda_matmul(be, gu, x, w, NULL)))
+		return rc;
+	return cuda_swiglu(be, act, gu, NULL);
 }

@@ -12,7 +12,8 @@
  *               proj = att · Woᵀ
  *               xn = rmsnorm(x += proj)
  *               proj = (silu(xn · Wgateᵀ) * (xn · Wupᵀ)) · Wdownᵀ
- *                      (gate and up: one product of w_gate_up)
+ *                      (gate, up and the SwiGLU: one matmul_swiglu of
+ *                      the stacked w_gate_up)
  *                      (or the experts' sum in an MoE layer, moe.h)
  *   logits = lm_head · rmsnorm(x += proj)[out_rows]
  *
@@ -141,8 +142,7 @@ static int mlp_block(struct model *m, int l, const struct kt_batch *b,
 	if (w->w_gate_up.data) {
 		const struct kt_tensor gate_up = kt_rows(dm->s.gate_up, 0, T);
 
-		TRY(model_project(be, b, &gate_up, xn, &w->w_gate_up, NULL));
-		TRY(kt_swiglu(be, &act, &gate_up, NULL));
+		TRY(model_project_swiglu(be, b, &act, &gate_up, xn, &w->w_gate_up));
 	} else {
 		TRY(model_project_n(be, b, 2, gu, xn, wgu, bgu));
 		TRY(kt_swiglu(be, &act, &gate, &up));
