@@ -33,6 +33,12 @@
  * the same order whatever T, NT or the other rows are, and an mma's element
  * (token, row) depends only on that token's x and that row's w. A row of x
  * therefore gets the same bits for every T up to CUDA_GEMV_MAX_T.
+ *
+ * matmul_swiglu's GEMV (gemv_swiglu_kernel) tiles a stacked gate/up weight
+ * so that a row's gate and up land in one block, and writes silu(gate) · up
+ * instead of both: the same per-output arithmetic, then swiglu's.
+ *
+ * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_gemv_tile.cuh"
