@@ -18,8 +18,9 @@
 #        (tests/fidelity/models), the logits of a prompt of 8 tokens (the
 #        GEMV path) and of 40 (cuBLAS), and 32 greedy tokens, compared bit
 #        for bit between side 0 and the last side on cuda; then the op cases
-#        on cuda (test_ops) and the speculative decoding invariants
-#        (test_spec, the MTP head's forward pass too) of the last side.
+#        on cuda (test_ops), the speculative decoding invariants
+#        (test_spec, the MTP head's forward pass too) and the engine's
+#        (test_engine, on each model) of the last side.
 # bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
 #        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
 #        second round shows the drift of the machine). CSVs to $OUT as
@@ -113,6 +114,12 @@ same)
 		tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
 		tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
 	grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/spec-cuda.log"
+	for m in $models; do
+		ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_engine tests/fidelity/models/$m \
+			>"$out/engine-cuda-$m.log" 2>&1 || failed=$((failed + 1))
+		echo "test_engine $m: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' \
+			"$out/engine-cuda-$m.log" | tr '\n' ' ')"
+	done
 	;;
 bench)
 	[ $# -gt 0 ] || set -- qwen3-0.6b
