@@ -18,6 +18,10 @@
  *     passed it, which keeps at most two kernels on the multiprocessors, the
  *     running one and the next one waiting.
  *
+ * tests/ops/check_pdl.py (test pdl-contract) checks in the sources that
+ * every kernel cu_launch starts calls both, itself or through a device
+ * function; where in the kernel is for review to see.
+ *
  * A kernel that is launched without the attribute (cu->pdl false, an older
  * GPU) runs the two instructions as no-ops; ops of other kinds (copies,
  * cuBLAS) keep the stream's ordinary order on both sides. The order of the
