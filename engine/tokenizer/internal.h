@@ -55,6 +55,11 @@ struct tok_pre {
 };
 #define TOK_MAX_PRE 8
 
+/* The largest token id + 1 a tokenizer may use. The per-id tables are
+ * sized by the highest id, so one absurd id in a file would otherwise ask
+ * for gigabytes; published vocabularies stay under 300,000. */
+#define TOK_MAX_IDS (1 << 22)
+
 /* An added token (tokenizer.json "added_tokens"). */
 struct tok_added {
 	int32_t id;

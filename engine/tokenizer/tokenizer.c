@@ -29,8 +29,12 @@ static int count_ids(json_t *root, const char *file, int32_t *n_ids, char *err, 
 		if (json_is_integer(id) && json_integer_value(id) > max)
 			max = json_integer_value(id);
 	}
-	if (max < 0 || max >= INT32_MAX)
+	if (max < 0)
 		return atlas_errf(err, errlen, -EINVAL, "file %s: no usable vocabulary", file);
+	if (max >= TOK_MAX_IDS)
+		return atlas_errf(err, errlen, -EINVAL,
+				  "file %s: token id %lld is past the largest atlas takes (%d)", file,
+				  (long long)max, TOK_MAX_IDS - 1);
 	*n_ids = (int32_t)(max + 1);
 	return 0;
 }

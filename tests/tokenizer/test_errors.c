@@ -111,6 +111,11 @@ static void test_bad_values(void **state)
 	expect_broken("model", "vocab", json_pack("{s:s}", "a", "x"), -EINVAL, "model.vocab",
 		      "\"a\"");
 	expect_broken("model", "unk_token", json_string("<unk>"), -EINVAL, "unk_token", NULL);
+	/* One absurd id would size every per-id table by it (found by the
+	 * fuzzer: 2,000,000,029 asked for 2 GB). */
+	expect_broken("added_tokens", NULL,
+		      json_pack("[{s:i, s:s, s:b}]", "id", 2000000029, "content", "<x>", "special", 1),
+		      -EINVAL, "token id 2000000029", "largest");
 	expect_broken("added_tokens", NULL, json_pack("[{s:s}]", "content", "<x>"), -EINVAL,
 		      "added_tokens[0]", NULL);
 	expect_broken("added_tokens", NULL,
