@@ -62,7 +62,9 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	/* gate and up: the halves of gate_up's memory, [t, I] each */
 	s->gate = kt_reshape(kt_rows(kt_reshape(s->gate_up, 2 * t, in), 0, t), t, in);
 	s->up = kt_reshape(kt_rows(kt_reshape(s->gate_up, 2 * t, in), t, t), t, in);
-	if (d->layers[0].wqkv.data &&
+	/* the product of the stacked q/k/v weights (dense_weights.c stacks them
+	 * in every layer of a model without attention biases) */
+	if (!c->attention_bias &&
 	    (rc = model_alloc(m, KT_F32, t, q + 2 * kv, &s->qkv, "qkv", err, errlen)))
 		return rc;
 	if (m->be->info.matmul_x_bf16 &&
