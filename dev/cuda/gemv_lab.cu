@@ -18,6 +18,9 @@
  *    block splitting K, MINB blocks a multiprocessor at least;
  *    tree = ca<1, 8>, or ca<2, 8> above 8 tokens when N >= 2048: the kernel
  *    of kernels/cuda/cuda_gemv.cu;
+ *  - tile / tileb: the tree's GEMV tile itself (kernels/cuda/cuda_gemv_tile.cuh)
+ *    with f32 x / bf16 x (x rounded beforehand, outside the timing), the
+ *    tree's tiling;
  *  - ps<NT>: ca<NT, 8> as a persistent grid of one wave;
  *  - ffma<R>: CUDA-core GEMV in f32 (x not rounded): a warp owns R rows,
  *    each lane 8 k of each per step, x read once per step for all R rows,
@@ -28,7 +31,7 @@
  * pool so that L2 (50 MB) never holds the weights. Timing: a CUDA graph of
  * L back-to-back launches, replayed; the median replay over L.
  *
- * Build: nvcc -O3 -arch=sm_90a dev/cuda/gemv_lab.cu -lcublas -o /tmp/gemv_lab
+ * Build: nvcc -O3 -arch=sm_90a -I. dev/cuda/gemv_lab.cu -lcublas -o /tmp/gemv_lab
  * Run:   /tmp/gemv_lab [csv-file [variant,...]]   all shapes and T; all variants
  *                                                 or those named
  *        /tmp/gemv_lab --one VARIANT K N T   6 launches, for a profiler
@@ -45,6 +48,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_gemv_tile.cuh"
 
 #define CK(call)                                                                          \
 	do {                                                                              \
@@ -666,6 +671,64 @@ struct lab {
 
 static struct lab L;
 
+/* ---- the tree's tile ------------------------------------------------------------- */
+
+/* The tree's gemv_kernel (kernels/cuda/cuda_gemv.cu) for one weight and no
+ * bias, its tile code itself. */
+template <int NT, int TT, typename XT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
+gemv_tile(float *y, const XT *x, const bf16 *w, int T, int N, int K)
+{
+	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
+	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
+	const bf16 *wr[NT];
+	const XT *xr[HALVES];
+	bool wok[NT], xok[HALVES];
+
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		const int64_t r = n0 + nt * 8 + g;
+
+		wok[nt] = r < N;
+		wr[nt] = w + (wok[nt] ? r : 0) * K;
+	}
+	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
+	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
+	__syncthreads();
+	for (int i = threadIdx.x; i < E; i += blockDim.x) {
+		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
+		const int t = (l >> 2) + (c >= 2 ? 8 : 0);
+		const int64_t r = n0 + nt * 8 + 2 * (l & 3) + (c & 1);
+
+		if (t < T && r < N)
+			y[(int64_t)t * N + r] = gemv_tile_sum<NT>(ring, i);
+	}
+}
+
+template <int NT, int TT, typename XT>
+static void tile_launch(float *y, const XT *x, const bf16 *w, int T, int N, int K)
+{
+	gemv_tile<NT, TT, XT><<<(unsigned)((N + 8 * NT - 1) / (8 * NT)), GEMV_WARPS * 32, 0,
+				L.stream>>>(y, x, w, T, N, K);
+	CK(cudaGetLastError());
+}
+
+/* The tree's tiling; bf16 x is L.xb, which main fills with x rounded. */
+template <typename XT>
+static void run_tile(float *y, const float *xf, const bf16 *w, int T, int N, int K)
+{
+	const XT *x = sizeof(XT) == 4 ? (const XT *)xf : (const XT *)L.xb;
+
+	if (T <= 8)
+		tile_launch<1, 8>(y, x, w, T, N, K);
+	else if (N < 2048)
+		tile_launch<1, 16>(y, x, w, T, N, K);
+	else
+		tile_launch<2, 16>(y, x, w, T, N, K);
+}
+
 struct variant {
 	const char *name;
 	bool rounds_x; /* computes with x rounded to bf16 */
@@ -798,6 +861,8 @@ static const struct variant variants[] = {
 	{ "c1k2", true, 32, run_ca<1, 2> },
 	{ "c1k8m6", true, 16, run_ca<1, 8, 6> },
 	{ "ps2", true, 16, run_ps<2> },
+	{ "tile", true, 16, run_tile<float> },
+	{ "tileb", true, 16, run_tile<bf16> },
 	{ "ffma2", false, 16, run_ffma<2> },
 	{ "ffma4", false, 16, run_ffma<4> },
 };
@@ -988,6 +1053,8 @@ static int run_one(int argc, char **argv, float *x, float *y)
 	for (size_t i = 0; i < xh.size(); i++)
 		xh[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
 	CK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+	to_bf16_kernel<<<(T * K + 255) / 256, 256, 0, L.stream>>>(L.xb, x, (int64_t)T * K);
 	for (int v = 0; v < N_VARIANTS; v++)
 		if (!strcmp(variants[v].name, argv[2])) {
 			for (int i = 0; i < 6; i++)
@@ -1045,6 +1112,9 @@ int main(int argc, char **argv)
 				xr[i] = round_bf16(xh[i]);
 			}
 			CK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+			CK(cudaDeviceSynchronize()); /* the copy's DMA may still run */
+			to_bf16_kernel<<<(unsigned)((xh.size() + 255) / 256), 256, 0, L.stream>>>(
+				L.xb, x, (int64_t)xh.size());
 			ref = make_reference(xh, xr, rows, T, s.K);
 			for (int v = 0; v < N_VARIANTS; v++) {
 				const struct variant *var = &variants[v];

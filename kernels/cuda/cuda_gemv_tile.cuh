@@ -24,7 +24,6 @@
 #define GEMV_KSTEP (32 * GEMV_U)               /* k of one warp step */
 #define GEMV_KBLOCK (GEMV_WARPS * GEMV_KSTEP)  /* k of one block step */
 #define GEMV_RING_VECTORS 8                    /* D · NT: 16-byte vectors a lane has in flight */
-#define GEMV_L2_AHEAD 16                       /* vectors of a lane asked into L2 before pdl_wait */
 
 /* A lane's 8 x values of one vector: f32 x (two float4, rounded to bf16
  * when packed for the mma) or bf16 x (one 16-byte load, packed already:
@@ -95,9 +94,10 @@ __device__ __forceinline__ void gemv_x_rows(const XT *x, int T, int K, int g,
  * masked copies). The caller syncs the block before gemv_tile_sum.
  *
  * Only weights are read before pdl_wait (cuda_pdl.cuh): the ring's first
- * D - 1 vectors and an L2 prefetch of the next ones, up to GEMV_L2_AHEAD,
- * so that a GEMV placed while the kernel before it ends streams its weights
- * meanwhile; x is read after. */
+ * D - 1 vectors, so that a GEMV placed while the kernel before it ends
+ * streams its first weights meanwhile; x is read after. (Asking the next
+ * vectors into L2 there too, 16 a lane, cost Qwen3-8B 9 % at batch 1 on
+ * an H200: docs/perf.md.) */
 template <int NT, int HALVES, typename XT>
 __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
 					       int warp, int lane, const __nv_bfloat16 *w,
@@ -138,14 +138,6 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 #pragma unroll
 	for (int d = 0; d < D - 1; d++)
 		issue(d);
-	for (int v = D - 1; v < nv && v < GEMV_L2_AHEAD; v++) {
-		const int k = kof(v);
-
-#pragma unroll
-		for (int nt = 0; nt < NT; nt++)
-			if (wok[nt] && k < K)
-				asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[nt] + k));
-	}
 	pdl_wait();
 	pdl_launch_dependents();
 #pragma unroll
