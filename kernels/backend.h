@@ -179,8 +179,9 @@ struct kt_device_info {
 				  * bf16 for P·V (cpu with AMX, cuda's tensor cores) */
 	bool matmul_x_bf16;      /* matmul rounds x to bf16 before every product with bf16
 				  * weights, on every path (cuda): a model may hand it x
-				  * already in bf16 (rmsnorm and swiglu write it) and gets
-				  * the same bits for half the activation traffic */
+				  * already in bf16 (rmsnorm, swiglu and attention write
+				  * it) and gets the same bits for half the activation
+				  * traffic */
 };
 
 struct kt_config {
@@ -306,7 +307,9 @@ struct kt_ops {
 			const struct kt_tensor *v, const struct kt_batch *b);
 	/* Causal attention of each token over positions 0..pos[t] of its sequence,
 	 * read through the block table; GQA: head h uses kv head h / (n_heads / n_kv_heads).
-	 * out, q [T, n_heads * D] f32. */
+	 * q [T, n_heads * D] f32; out the same shape, f32 (may be q) or bf16
+	 * (apart from q; each value rounded to nearest even as it is stored:
+	 * the x of the next product, see matmul_x_bf16). */
 	int (*attention)(struct kt_backend *be, const struct kt_tensor *out,
 			 const struct kt_tensor *q, const struct kt_tensor *kcache,
 			 const struct kt_tensor *vcache, const struct kt_batch *b, int n_heads,
@@ -338,7 +341,8 @@ struct kt_ops {
 				int block_size, int n_heads, int n_kv_heads, int head_dim, float scale,
 				bool first);
 	/* out = acc / l per head: the attention output of the folded parts.
-	 * out [T, n_heads * D] f32. */
+	 * out [T, n_heads * D] f32 (may be st's acc) or bf16 (apart from it),
+	 * stored as attention stores it. */
 	int (*attention_finish)(struct kt_backend *be, const struct kt_tensor *out,
 				const struct kt_att_state *st, int n_heads, int head_dim);
 	/* Gather one layer's K (or V) rows of KV blocks into a staging buffer:

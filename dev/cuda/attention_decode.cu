@@ -186,7 +186,7 @@ static void launch_tc(const lab &L, const step &st, bool split, decode_plan *pla
 	}
 	p = decode_plan_make(st.rows, st.sh.n_heads / st.sh.n_kv, st.sh.n_kv, st.max_kv_len,
 			     slots, split ? WS_ROWS : st.rows, min_chunk);
-	a.out = st.dout;
+	a.out = { st.dout, false };
 	a.q = st.dq;
 	a.kc = L.kc;
 	a.vc = L.vc;
@@ -211,7 +211,7 @@ template <int D> static void launch_generic(const lab &L, const step &st)
 {
 	gen_args<__nv_bfloat16> a;
 
-	a.out = st.dout;
+	a.out = { st.dout, false };
 	a.q = st.dq;
 	a.kc = L.kc;
 	a.vc = L.vc;

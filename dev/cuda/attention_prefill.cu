@@ -176,7 +176,7 @@ static void launch_tc(const prompt &P, const segment &g)
 		CHECK((prefill_setup<D, WARPS, STAGES, MINB, SUB>()));
 		ready = true;
 	}
-	a.out = g.dout;
+	a.out = { g.dout, false };
 	a.q = g.dq;
 	a.kc = P.kc;
 	a.vc = P.vc;
@@ -216,7 +216,7 @@ template <int D> static void launch_generic(const prompt &P, const segment &g, g
 		m.pos = lab_upload(pos);
 		m.seq = lab_upload(seq);
 	}
-	a.out = g.dout;
+	a.out = { g.dout, false };
 	a.q = g.dq;
 	a.kc = P.kc;
 	a.vc = P.vc;

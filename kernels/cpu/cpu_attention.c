@@ -21,8 +21,9 @@
  * (cpu_attention_bf16.h); where the backend has AMX and head_dim allows,
  * bf16 caches go to the tiles of cpu_attention_amx.c instead, several
  * tokens of a prompt together. f32 caches keep the arithmetic above, the
- * reference. q is read whole before out is written, so out
- * may be q. A token's result depends only on its own q, position and
+ * reference. out is f32, or bf16 rounded to nearest even as stored (the
+ * x of the next product). q is read whole before out is written, so an f32
+ * out may be q. A token's result depends only on its own q, position and
  * sequence, never on the rest of the batch (DESIGN §4.1).
  *
  * attention is the fold of positions 0..pos[t] and the finish; the parts
@@ -309,17 +310,24 @@ static void state_empty(const struct att_item *a)
 	}
 }
 
-/* out row of head h0 + h = acc / l, for the item's heads. */
-static void finish_heads(const struct att_item *a, float *out_row)
+/* The row of out at element row0, head h0 + h = acc / l, for the item's heads. */
+static void finish_heads(const struct att_item *a, struct att_out out, int64_t row0)
 {
-	for (int h = 0; h < a->nh; h++) {
-		const float inv = 1.0f / a->l[h * a->ml_stride];
-		const float *acc = a->acc + h * a->acc_stride;
-		float *out = out_row + (int64_t)(a->h0 + h) * a->D;
+	for (int h = 0; h < a->nh; h++)
+		att_out_row(out, row0 + (int64_t)(a->h0 + h) * a->D, a->acc + h * a->acc_stride,
+			    1.0f / a->l[h * a->ml_stride], a->D);
+}
 
-		for (int d = 0; d < a->D; d++)
-			out[d] = acc[d] * inv;
-	}
+/* out (NULL: none) is f32 or bf16 [T, cols]; an f32 out may be `alias`
+ * itself, a bf16 one is apart from it. */
+static bool out_ok(const struct kt_tensor *out, int64_t T, int64_t cols,
+		   const struct kt_tensor *alias)
+{
+	if (!out)
+		return true;
+	if ((out->dtype != KT_F32 && out->dtype != KT_BF16) || !cpu_shape(out, out->dtype, T, cols))
+		return false;
+	return !((out->dtype == KT_BF16 || out->data != alias->data) && cpu_overlap(out, alias));
 }
 
 static struct att_split att_split(const struct cpu_backend *cpu, int64_t T, int n_heads,
@@ -401,8 +409,7 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 	if ((rc = check_heads(cpu, q, n_heads, n_kv_heads, head_dim, scale)))
 		return rc;
 	T = q->rows;
-	if (out && (!cpu_shape(out, KT_F32, T, q->cols) ||
-		    (out->data != q->data && cpu_overlap(out, q))))
+	if (!out_ok(out, T, q->cols, q))
 		return -EINVAL;
 	if (st && (rc = check_state(st, q, n_heads)))
 		return rc;
@@ -428,7 +435,7 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 					     .from = from ? from->data : NULL };
 
 		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first,
-				      out ? out->data : NULL, q->data, q->cols,
+				      att_out_of(out), q->data, q->cols,
 				      keys * n_heads * head_dim);
 		return 0;
 	}
@@ -452,7 +459,7 @@ static int paged(struct kt_backend *be, const struct kt_tensor *out,
 			state_empty(&a);
 		fold(&a, s);
 		if (out)
-			finish_heads(&a, (float *)out->data + a.t * q->cols);
+			finish_heads(&a, att_out_of(out), a.t * q->cols);
 	}
 	return 0;
 }
@@ -510,8 +517,8 @@ int cpu_attention_staged(struct kt_backend *be, const struct kt_att_state *st,
 					    .bs = block_size };
 		const struct cpu_amx_src src = { .id = sp, .end = sp + 1, .stride = 2 };
 
-		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first, NULL,
-				      q->data, q->cols, keys * n_heads * head_dim);
+		cpu_attention_amx_run(cpu, &a, &src, T, n_heads, n_kv_heads, st, first,
+				      att_out_of(NULL), q->data, q->cols, keys * n_heads * head_dim);
 		return 0;
 	}
 	const struct att_split p = att_split(cpu, T, n_heads, n_kv_heads);
@@ -544,14 +551,13 @@ int cpu_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
 	struct cpu_backend *cpu = cpu_of(be);
 	int64_t T;
 
-	if (!st || n_heads <= 0 || head_dim <= 0 || !cpu_valid(out, KT_F32) ||
-	    out->cols != (int64_t)n_heads * head_dim)
+	if (!st || n_heads <= 0 || head_dim <= 0 || !out || out->rows < 0)
 		return -EINVAL;
 	T = out->rows;
-	/* out may be acc itself: each value is read before it is written. */
-	if (!cpu_shape(&st->acc, KT_F32, T, out->cols) ||
-	    !cpu_shape(&st->ml, KT_F32, T, 2 * (int64_t)n_heads) || cpu_overlap(&st->ml, out) ||
-	    (out->data != st->acc.data && cpu_overlap(out, &st->acc)))
+	/* An f32 out may be acc itself: each value is read before it is written. */
+	if (!out_ok(out, T, (int64_t)n_heads * head_dim, &st->acc) ||
+	    !cpu_shape(&st->acc, KT_F32, T, out->cols) ||
+	    !cpu_shape(&st->ml, KT_F32, T, 2 * (int64_t)n_heads) || cpu_overlap(&st->ml, out))
 		return -EINVAL;
 #pragma omp parallel for num_threads(cpu->threads) schedule(static) \
 	if (T * out->cols > CPU_PAR_MIN)
@@ -559,7 +565,7 @@ int cpu_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
 		struct att_item a = { .t = t, .h0 = 0, .nh = n_heads, .D = head_dim };
 
 		att_state_at(&a, st, NULL);
-		finish_heads(&a, (float *)out->data + t * out->cols);
+		finish_heads(&a, att_out_of(out), t * out->cols);
 	}
 	return 0;
 }

@@ -6,6 +6,7 @@
 #define ATLAS_KERNELS_CPU_ATTENTION_H
 
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_simd.h"
 
 /* The step metadata, checked against the cache it addresses. */
 struct kv_view {
@@ -46,6 +47,37 @@ struct att_item {
 	int64_t acc_stride;
 };
 
+/* Where attention writes its output [T, n_heads * D]: f32, or bf16 with
+ * each value rounded to nearest even as it is stored (the x of the next
+ * product, as the cuda backend writes it for matmul_x_bf16); p NULL: no
+ * output (attention_part). */
+struct att_out {
+	void *p;
+	bool bf16;
+};
+
+/* out elements [off, off + D) = acc[d] * inv */
+static inline void att_out_row(struct att_out o, int64_t off, const float *acc, float inv, int D)
+{
+	if (o.bf16) {
+		uint16_t *r = (uint16_t *)o.p + off;
+
+		for (int d = 0; d < D; d++)
+			r[d] = narrow1(acc[d] * inv);
+	} else {
+		float *r = (float *)o.p + off;
+
+		for (int d = 0; d < D; d++)
+			r[d] = acc[d] * inv;
+	}
+}
+
+/* out, given as a tensor or NULL, as att_out. */
+static inline struct att_out att_out_of(const struct kt_tensor *out)
+{
+	return (struct att_out){ out ? out->data : NULL, out && out->dtype == KT_BF16 };
+}
+
 /* Items of T tokens: heads per item, chunks per kv head, the item count. */
 struct att_split {
 	int group, per, chunks;
@@ -72,7 +104,7 @@ struct cpu_amx_src {
  * the step for the thread team's threshold. */
 void cpu_attention_amx_run(struct cpu_backend *cpu, const struct att_item *tmpl,
 			   const struct cpu_amx_src *src, int64_t T, int n_heads, int n_kv_heads,
-			   const struct kt_att_state *st, bool empty, float *out, const float *q,
-			   int64_t qcols, int64_t work);
+			   const struct kt_att_state *st, bool empty, struct att_out out,
+			   const float *q, int64_t qcols, int64_t work);
 
 #endif

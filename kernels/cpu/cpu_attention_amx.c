@@ -271,7 +271,7 @@ static struct att_split amx_split(const struct cpu_backend *cpu, int64_t T, int 
  * D, scale, kvh, h0 and nh are set; n[t - t0] is token t's end. The state
  * is rows of st, or (st NULL) the thread's scratch, finished into out. */
 static void amx_rows(const struct att_item *a, int64_t t0, int64_t t1, const int32_t *n,
-		     const struct kt_att_state *st, bool empty, float *out, int64_t qcols,
+		     const struct kt_att_state *st, bool empty, struct att_out out, int64_t qcols,
 		     const float *q, uint16_t *buf)
 {
 	float *own = (float *)((char *)buf + CPU_AMX_SCRATCH);
@@ -305,13 +305,9 @@ static void amx_rows(const struct att_item *a, int64_t t0, int64_t t1, const int
 			  a->ld, j0, nmax - j0 < a->bs ? nmax - j0 : a->bs);
 	}
 	amx_end();
-	for (int i = 0; out && i < r.nr; i++) {
-		const float inv = 1.0f / *r.l[i];
-		float *o = out + (t0 + i / a->nh) * qcols + (int64_t)(a->h0 + i % a->nh) * a->D;
-
-		for (int d = 0; d < a->D; d++)
-			o[d] = r.acc[i][d] * inv;
-	}
+	for (int i = 0; out.p && i < r.nr; i++)
+		att_out_row(out, (t0 + i / a->nh) * qcols + (int64_t)(a->h0 + i % a->nh) * a->D,
+			    r.acc[i], 1.0f / *r.l[i], a->D);
 }
 
 /* Item it of split p: its heads into a, its tokens [*t0, *t1). */
@@ -330,8 +326,8 @@ static void amx_place(struct att_item *a, const struct att_split *p, int64_t it,
 
 void cpu_attention_amx_run(struct cpu_backend *cpu, const struct att_item *tmpl,
 			   const struct cpu_amx_src *src, int64_t T, int n_heads, int n_kv_heads,
-			   const struct kt_att_state *st, bool empty, float *out, const float *q,
-			   int64_t qcols, int64_t work)
+			   const struct kt_att_state *st, bool empty, struct att_out out,
+			   const float *q, int64_t qcols, int64_t work)
 {
 	const struct att_split p = amx_split(cpu, T, n_heads, n_kv_heads);
 

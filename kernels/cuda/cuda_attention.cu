@@ -4,8 +4,9 @@
  * Layout: kcache, vcache views of n_kv * D cols, bf16 (what the backend asks
  * the engine for) or f32, whose block j starts at row j * block_rows
  * (kv_block_rows, or bs); position p of the sequence in slot s lives in row
- * block_tables[s][p / bs] * block_rows + p % bs. q, out [T, n_heads * D] f32;
- * head h reads kv head h / (n_heads / n_kv).
+ * block_tables[s][p / bs] * block_rows + p % bs. q [T, n_heads * D] f32, out
+ * the same shape in f32 or bf16 (att_out); head h reads kv head
+ * h / (n_heads / n_kv).
  *
  * kv_store: one block per token copies its k and v rows, rounding to bf16
  * (nearest even) for a bf16 cache.
@@ -23,7 +24,7 @@
  * pos, seq and block_tables are device memory, so their values are checked
  * by the kernels (a bad one sets a fault bit, see cuda_impl.h): kv_store then
  * skips the token, attention writes NaN for it. Segment fields are host
- * values and are checked here. out may be q.
+ * values and are checked here. An f32 out may be q; a bf16 one is apart.
  */
 #include <errno.h>
 #include <math.h>
@@ -173,7 +174,7 @@ static int check_step_shape(const struct kt_batch *b, int64_t T, const paged_kv 
 /* What every kernel of one attention call shares. */
 struct att_call {
 	struct cuda_backend *cu;
-	float *out;
+	att_out out;
 	const float *q;
 	const void *kc, *vc;
 	paged_kv kv;
@@ -296,7 +297,9 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 	if (!cu_valid(q, KT_F32) || q->cols != (int64_t)n_heads * head_dim)
 		return -EINVAL;
 	T = q->rows;
-	if (!cu_shape(out, KT_F32, T, q->cols) || (out->data != q->data && cu_overlap(out, q)))
+	if (!out || (out->dtype != KT_F32 && out->dtype != KT_BF16) ||
+	    !cu_shape(out, out->dtype, T, q->cols) ||
+	    ((out->dtype == KT_BF16 || out->data != q->data) && cu_overlap(out, q)))
 		return -EINVAL;
 	rc = paged_kv_init(&c.kv, b, T, kcache, vcache);
 	if (rc)
@@ -310,7 +313,7 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 	if (!T)
 		return 0;
 	c.cu = cu;
-	c.out = (float *)out->data;
+	c.out = { out->data, out->dtype == KT_BF16 };
 	c.q = (const float *)q->data;
 	c.kc = kcache->data;
 	c.vc = vcache->data;
@@ -320,7 +323,7 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 	c.scale = scale;
 	tc = cu->att_ready && !shape && kcache->dtype == KT_BF16 &&
 	     (head_dim == 64 || head_dim == 128) && (uintptr_t)c.kc % 16 == 0 &&
-	     (uintptr_t)c.vc % 16 == 0 && (uintptr_t)c.q % 8 == 0 && (uintptr_t)c.out % 16 == 0;
+	     (uintptr_t)c.vc % 16 == 0 && (uintptr_t)c.q % 8 == 0 && (uintptr_t)c.out.p % 16 == 0;
 	CU_CHECK(cu_enter(cu));
 	if (!tc)
 		return run_generic(c, T, kcache->dtype, b->max_kv_len);

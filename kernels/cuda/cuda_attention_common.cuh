@@ -66,6 +66,43 @@ __device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64
 int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T, const struct kt_tensor *kc,
 		  const struct kt_tensor *vc);
 
+/* Where attention writes its output [T, n_heads * D]: f32, or bf16 with
+ * each value rounded to nearest even as it is stored (the x of the next
+ * product: matmul_x_bf16), so that o_proj reads half the bytes and no
+ * rounding pass runs between them. Element i is p[i] either way. */
+struct att_out {
+	void *p;
+	bool bf16;
+
+	__device__ __forceinline__ void put(int64_t i, float v) const
+	{
+		if (bf16)
+			((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+		else
+			((float *)p)[i] = v;
+	}
+	/* i even, p 8-byte aligned */
+	__device__ __forceinline__ void put2(int64_t i, float2 v) const
+	{
+		if (bf16)
+			*(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __float22bfloat162_rn(v);
+		else
+			*(float2 *)((float *)p + i) = v;
+	}
+	/* i a multiple of 4, p 16-byte aligned */
+	__device__ __forceinline__ void put4(int64_t i, float4 v) const
+	{
+		if (bf16) {
+			__nv_bfloat162 *o = (__nv_bfloat162 *)((__nv_bfloat16 *)p + i);
+
+			o[0] = __float22bfloat162_rn(make_float2(v.x, v.y));
+			o[1] = __float22bfloat162_rn(make_float2(v.z, v.w));
+		} else {
+			*(float4 *)((float *)p + i) = v;
+		}
+	}
+};
+
 /* Cache row of position p, or -1 when its block id is out of range. */
 __device__ __forceinline__ int64_t cache_row(const paged_kv &kv, const int32_t *blocks,
 					     int32_t p)

@@ -45,7 +45,7 @@
 static_assert(DEC_MAX_SPLITS <= 64, "the merge weighs 2 splits per lane");
 
 struct decode_args {
-	float *out;                   /* [T, n_heads * D] f32 (rows 0..rows-1 used) */
+	att_out out;                  /* [T, n_heads * D] (rows 0..rows-1 used) */
 	const float *q;               /* [T, n_heads * D] f32 */
 	const __nv_bfloat16 *kc, *vc; /* paged caches of n_kv * D cols (paged_kv) */
 	paged_kv kv;
@@ -116,7 +116,7 @@ __device__ __forceinline__ void decode_merge_splits(const decode_args &a, int t,
 {
 	int *count = a.count + (int64_t)t * gridDim.y + blockIdx.y;
 	const int64_t slot0 = ((int64_t)t * a.n_heads + h0) * a.splits;
-	float *out = a.out + ((int64_t)t * a.n_heads + h0) * D;
+	const int64_t o0 = ((int64_t)t * a.n_heads + h0) * D;
 
 	__threadfence();
 	__syncthreads();
@@ -182,8 +182,8 @@ __device__ __forceinline__ void decode_merge_splits(const decode_args &a, int t,
 			acc.z += v.z * w[s];
 			acc.w += v.w * w[s];
 		}
-		*(float4 *)(out + i) = make_float4(acc.x * inv_l[row], acc.y * inv_l[row],
-						   acc.z * inv_l[row], acc.w * inv_l[row]);
+		a.out.put4(o0 + i, make_float4(acc.x * inv_l[row], acc.y * inv_l[row],
+					       acc.z * inv_l[row], acc.w * inv_l[row]));
 	}
 }
 
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	if (!token_blocks(a.kv, t, a.max_pos)) {
 		if (split == 0)
 			for (int i = threadIdx.x; i < nh * D; i += cfg::threads)
-				a.out[at + i] = NAN;
+				a.out.put(at + i, NAN);
 		if (threadIdx.x == 0 && split == 0)
 			atomicOr(a.fault, CUDA_FAULT_ATTENTION);
 		return;
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			O += os[(v * DEC_HEADS + row) * D + d] * f;
 		}
 		if (a.splits == 1) {
-			a.out[at + i] = bad_from != INT_MAX ? NAN : O / L;
+			a.out.put(at + i, bad_from != INT_MAX ? NAN : O / L);
 		} else {
 			const int64_t slot = ((int64_t)t * a.n_heads + h0 + row) * a.splits + split;
 

@@ -23,7 +23,7 @@
 #define GEN_WARPS 4
 
 template <typename CT> struct gen_args {
-	float *out;
+	att_out out;
 	const float *q;
 	const CT *kc, *vc;
 	paged_kv kv;
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) gen_kernel(gen_args<CT> a)
 	__syncthreads();
 	if (bad) {
 		for (int d = threadIdx.x; d < a.D; d += blockDim.x)
-			a.out[at + d] = NAN;
+			a.out.put(at + d, NAN);
 		if (threadIdx.x == 0)
 			atomicOr(a.fault, CUDA_FAULT_ATTENTION);
 		return;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) gen_kernel(gen_args<CT> a)
 			L += part_l[w] * f;
 			o += part_acc[w][d] * f;
 		}
-		a.out[at + d] = o / L;
+		a.out.put(at + d, o / L);
 	}
 }
 

@@ -248,13 +248,13 @@ __global__ void part_combine(float *st_acc, float *st_ml, const float *ws_o, con
 	}
 }
 
-__global__ void part_finish(float *out, const float *acc, const float *ml, int n_heads, int D)
+__global__ void part_finish(att_out out, const float *acc, const float *ml, int n_heads, int D)
 {
 	const int64_t t = blockIdx.x;
 	const int64_t n = (int64_t)n_heads * D;
 
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-		out[t * n + i] = acc[t * n + i] / ml[(t * n_heads + i / D) * 2 + 1];
+		out.put(t * n + i, acc[t * n + i] / ml[(t * n_heads + i / D) * 2 + 1]);
 }
 
 static int check_state(const struct kt_att_state *st, const struct kt_tensor *q, int n_heads)
@@ -403,20 +403,22 @@ int cuda_attention_finish(struct kt_backend *be, const struct kt_tensor *out,
 	struct cuda_backend *cu = cu_of(be);
 	int64_t T;
 
-	if (!st || n_heads <= 0 || head_dim <= 0 || !cu_valid(out, KT_F32) ||
+	if (!st || n_heads <= 0 || head_dim <= 0 || !out ||
+	    (out->dtype != KT_F32 && out->dtype != KT_BF16) || !cu_valid(out, out->dtype) ||
 	    out->cols != (int64_t)n_heads * head_dim)
 		return -EINVAL;
 	T = out->rows;
-	/* out may be acc itself: each value is read before it is written. */
+	/* An f32 out may be acc itself: each value is read before it is written. */
 	if (!cu_shape(&st->acc, KT_F32, T, out->cols) ||
 	    !cu_shape(&st->ml, KT_F32, T, 2 * (int64_t)n_heads) || cu_overlap(&st->ml, out) ||
-	    (out->data != st->acc.data && cu_overlap(out, &st->acc)) || T > INT32_MAX)
+	    ((out->dtype == KT_BF16 || out->data != st->acc.data) && cu_overlap(out, &st->acc)) ||
+	    T > INT32_MAX)
 		return -EINVAL;
 	if (!T)
 		return 0;
 	CU_CHECK(cu_enter(cu));
 	part_finish<<<(unsigned)T, CUDA_THREADS, 0, cu->stream>>>(
-		(float *)out->data, (const float *)st->acc.data, (const float *)st->ml.data, n_heads,
+		att_out{ out->data, out->dtype == KT_BF16 }, (const float *)st->acc.data, (const float *)st->ml.data, n_heads,
 		head_dim);
 	CU_LAUNCHED();
 	return 0;

@@ -24,7 +24,7 @@
 #include "kernels/cuda/cuda_attention_common.cuh"
 
 struct prefill_args {
-	float *out;                   /* [T, n_heads * D] f32 */
+	att_out out;                  /* [T, n_heads * D] */
 	const float *q;               /* [T, n_heads * D] f32 */
 	const __nv_bfloat16 *kc, *vc; /* paged caches of n_kv * D cols (paged_kv) */
 	const int32_t *blocks;        /* the segment's row of the block table */
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) prefill_kernel(prefill_args 
 			const float x = w.o[nd][2 * i] * inv, y = w.o[nd][2 * i + 1] * inv;
 			const float2 v = bad ? make_float2(NAN, NAN) : make_float2(x, y);
 
-			*(float2 *)(a.out + at[i] + 8 * nd + 2 * (lane & 3)) = v;
+			a.out.put2(at[i] + 8 * nd + 2 * (lane & 3), v);
 		}
 	}
 	if (threadIdx.x == 0 && bad_from != INT_MAX)

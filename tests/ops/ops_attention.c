@@ -8,7 +8,9 @@
  *
  * attention runs out of place and in place over q, at max_kv_len equal to
  * the longest row and, for the cases that ask, at larger buckets (300 above
- * it, and past max_context) as a replayed graph gives them.
+ * it, and past max_context) as a replayed graph gives them; and once more
+ * into a bf16 out, which must hold the f32 out rounded to nearest even, bit
+ * for bit (the same arithmetic, stored rounded: matmul_x_bf16's x).
  *  - Reference: naive attention in double over each sequence's logical K/V;
  *    |out - ref| <= tol · Σ softmax · |v| (1e-5; 1e-4 for the peaky case,
  *    whose f32 dot products of terms summing to ~300 round at ~2e-5).
@@ -52,6 +54,7 @@ struct att_out {
 	float *hist, *caches; /* paged_snapshot after the history and after the step */
 	int n_buckets, bucket[MAX_BUCKETS];
 	float *out[MAX_BUCKETS], *in_place[MAX_BUCKETS];
+	float *out_bf16; /* the step at the first bucket into a bf16 out, widened */
 	float *alone; /* the step's rows attended one at a time; NULL if not promised */
 	float *flat;  /* block-major worlds: out[0] from caches of their own; else NULL */
 };
@@ -156,8 +159,14 @@ static void *att_run(struct op_run *r, const void *params, const void *input,
 		o->out[i] = op_get(r, b, &out);
 		o->in_place[i] = op_get(r, b, &qi);
 	}
+	batch = paged_batch(r, b, w, &d, &w->step, L);
+	{
+		struct kt_tensor ob = op_tensor(r, b, KT_BF16, T, w->QC, NULL);
+
+		attend(b, w, &d, &batch, &ob, &q, &o->rc_att);
+		o->out_bf16 = op_get(r, b, &ob);
+	}
 	if (op_attention_invariant(b)) {
-		batch = paged_batch(r, b, w, &d, &w->step, L);
 		o->alone = attend_alone(r, b, w, &d, &batch, &q, &o->rc_att);
 	}
 	if (p->w.layers)
@@ -201,6 +210,12 @@ static void att_check(struct op_run *r, const void *params, const void *input, c
 					       2e-5, 1e-10, "max_kv_len %d, %s: against the cpu",
 					       g->bucket[i], how);
 		}
+	}
+	{
+		float *rounded = op_dup(r, g->out[0], n * sizeof(float));
+
+		op_round_bf16(rounded, n);
+		op_check_bits(r, g->out_bf16, rounded, n, "a bf16 out: the f32 out rounded");
 	}
 	if (g->alone)
 		op_check_bits(r, g->alone, g->out[0], n, "each token alone as in the step");

@@ -33,7 +33,7 @@
 enum att_fault {
 	/* refused at the call (host-visible) */
 	ATT_KV_HEADS_NOT_DIVIDING, ATT_KV_HEADS_MISMATCH, ATT_SCALE_NAN, ATT_TOKENS_SHORT,
-	ATT_OUT_SHIFTED, ATT_BLOCK_SIZE, ATT_POS_ROWS, ATT_STRIDE_BELOW_BLOCK, ATT_V_NO_BLOCK,
+	ATT_OUT_SHIFTED, ATT_OUT_BF16_OVER_Q, ATT_BLOCK_SIZE, ATT_POS_ROWS, ATT_STRIDE_BELOW_BLOCK, ATT_V_NO_BLOCK,
 	STORE_TOKENS_SHORT, STORE_BLOCK_SIZE, STORE_BLOCK_SIZE_ZERO, STORE_K_COLS, STORE_V_ROWS,
 	STORE_STRIDE_BELOW_BLOCK, STORE_K_NO_BLOCK, STORE_KV_MEET,
 	/* device-visible indices */
@@ -267,6 +267,10 @@ static void run_attention(struct op_run *r, const struct fault_params *p,
 	case ATT_SCALE_NAN: scale = NAN; break;
 	case ATT_TOKENS_SHORT: batch.n_tokens--; break;
 	case ATT_OUT_SHIFTED: out = kt_rows(qbig, 1, T); break;
+	case ATT_OUT_BF16_OVER_Q: /* in place is f32's alone */
+		out = q;
+		out.dtype = KT_BF16;
+		break;
 	case ATT_BLOCK_SIZE: batch.block_size = w->n_blocks * wp->bs + 1; break;
 	case ATT_POS_ROWS: batch.pos = kt_rows(batch.pos, 0, T - 1); break;
 	case ATT_STRIDE_BELOW_BLOCK: batch.kv_block_rows = wp->bs - 1; break;
@@ -442,6 +446,7 @@ static const struct op_case cases[] = {
 	FAULT("attention: scale NaN", "attention", ATT_SCALE_NAN, 64, KV_NATIVE),
 	FAULT("attention: n_tokens one short of q", "attention", ATT_TOKENS_SHORT, 64, KV_NATIVE),
 	FAULT("attention: out half over q", "attention", ATT_OUT_SHIFTED, 64, KV_NATIVE),
+	FAULT("attention: bf16 out over q", "attention", ATT_OUT_BF16_OVER_Q, 128, KV_NATIVE),
 	FAULT("attention: a block size that does not divide the cache", "attention",
 	      ATT_BLOCK_SIZE, 64, KV_NATIVE),
 	FAULT("attention: pos of other rows", "attention", ATT_POS_ROWS, 64, KV_NATIVE),

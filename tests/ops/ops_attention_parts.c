@@ -17,9 +17,10 @@
  * matches attention in double (tolerance as ops_attention.c); on the cpu it
  * is bitwise the output of one attention call over the whole context (the
  * parts fold the same blocks in the same order), and on other backends
- * within their attention tolerance of the cpu's. A sequence with H 0, one
- * whose pieces straddle rounds, and tokens with nothing staged in a round
- * are in every case.
+ * within their attention tolerance of the cpu's; attention_finish into a
+ * bf16 out holds the f32 out rounded to nearest even, bit for bit. A
+ * sequence with H 0, one whose pieces straddle rounds, and tokens with
+ * nothing staged in a round are in every case.
  */
 #include <math.h>
 #include <string.h>
@@ -37,6 +38,7 @@ struct parts_out {
 	int rc_store, rc;
 	float *whole;  /* one attention call over the whole context */
 	float *parts;  /* staged rounds, the device part, the finish */
+	float *parts_bf16; /* the same state finished into a bf16 out, widened */
 	float *stage_k, *stage_v; /* the last round's staging buffers */
 	float *want_k, *want_v;   /* what they must hold: the pieces' rows from the pool */
 	int last_round_pieces;
@@ -184,6 +186,12 @@ static void *parts_run(struct op_run *r, const void *params, const void *input,
 	op_poison(r, b, &out);
 	o->rc = o->rc ? o->rc : kt_attention_finish(b->be, &out, &st, wp->n_heads, wp->D);
 	o->parts = op_get(r, b, &out);
+	{
+		struct kt_tensor ob = op_tensor(r, b, KT_BF16, T, w->QC, NULL);
+
+		o->rc = o->rc ? o->rc : kt_attention_finish(b->be, &ob, &st, wp->n_heads, wp->D);
+		o->parts_bf16 = op_get(r, b, &ob);
+	}
 	kt_host_free(b->be, host);
 	return o;
 }
@@ -202,6 +210,12 @@ static void parts_check(struct op_run *r, const void *params, const void *input,
 		      "staged K rows are the pieces' rows");
 	op_check_bits(r, g->stage_v, g->want_v, (size_t)g->last_round_pieces * p->w.bs * w->C,
 		      "staged V rows are the pieces' rows");
+	{
+		float *rounded = op_dup(r, g->parts, n * sizeof(float));
+
+		op_round_bf16(rounded, n);
+		op_check_bits(r, g->parts_bf16, rounded, n, "finish into bf16: the f32 out rounded");
+	}
 	if (!c) {
 		double *ref = op_doubles(r, n), *mag = op_doubles(r, n);
 

@@ -52,15 +52,17 @@ struct dense_scratch {
 	struct kt_tensor proj;          /* [max_tokens, E] output of o_proj / down_proj */
 	struct kt_tensor q;             /* [max_tokens, Hq*D] */
 	struct kt_tensor k, v;          /* [max_tokens, Hkv*D] */
-	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output */
+	struct kt_tensor att;           /* [max_tokens, Hq*D] attention output, bf16 where the
+					 * backend rounds x (else f32) */
 	struct kt_tensor gate, up;      /* [max_tokens, I]: the two halves of gate_up's memory */
 	struct kt_tensor gate_up;       /* [max_tokens, 2I]: the product of w_gate_up */
 	struct kt_tensor qkv;           /* [max_tokens, (Hq + 2 Hkv)*D]: the product of wqkv
 					 * (layers that have it) */
 	/* bf16 inputs of a dense block's products, allocated when the backend
-	 * rounds x to bf16 itself (matmul_x_bf16): the norms and swiglu write
-	 * the rounded values once instead of every product rounding them again,
-	 * and the products read half the bytes. The same bits either way. */
+	 * rounds x to bf16 itself (matmul_x_bf16): the norms, attention and
+	 * swiglu write the rounded values once instead of every product rounding
+	 * them again, and the products read half the bytes. The same bits
+	 * either way. */
 	struct kt_tensor xnb;           /* [max_tokens, E] bf16 */
 	struct kt_tensor act;           /* [max_tokens, I]: silu(gate) * up, bf16 where the
 					 * backend rounds x (else f32) */

@@ -20,9 +20,9 @@
  * The residual add is the fused first half of the rmsnorm op, so the residual
  * stream x is touched once per block. Every buffer is a row view of the
  * scratch sized at load: nothing is allocated here. On a backend that rounds
- * x to bf16 for its products (matmul_x_bf16), a dense block's xn and
- * silu(gate) * up are written in bf16 (xnb, act); an MoE block's xn stays
- * f32 for its router.
+ * x to bf16 for its products (matmul_x_bf16), a dense block's xn, the
+ * attention output and silu(gate) * up are written in bf16 (xnb, att, act);
+ * an MoE block's xn stays f32 for its router.
  */
 #include "engine/model/dense/dense.h"
 
@@ -47,6 +47,7 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	const int64_t t = m->max_tokens, e = c->hidden_size, in = c->intermediate_size;
 	const int64_t q = (int64_t)c->n_heads * c->head_dim;
 	const int64_t kv = (int64_t)c->n_kv_heads * c->head_dim;
+	const enum kt_dtype xdt = m->be->info.matmul_x_bf16 ? KT_BF16 : KT_F32;
 	int rc;
 
 	if ((rc = model_alloc(m, KT_F32, t, e, &s->x, "x", err, errlen)) ||
@@ -55,7 +56,6 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	    (rc = model_alloc(m, KT_F32, t, q, &s->q, "q", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, t, kv, &s->k, "k", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, t, kv, &s->v, "v", err, errlen)) ||
-	    (rc = model_alloc(m, KT_F32, t, q, &s->att, "att", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, t, 2 * in, &s->gate_up, "gate_up", err, errlen)) ||
 	    (rc = model_alloc(m, KT_F32, m->max_out, e, &s->out_h, "out_h", err, errlen)))
 		return rc;
@@ -70,8 +70,10 @@ int dense_alloc_scratch(struct model *m, struct dense_model *d, char *err, size_
 	if (m->be->info.matmul_x_bf16 &&
 	    (rc = model_alloc(m, KT_BF16, t, e, &s->xnb, "xnb", err, errlen)))
 		return rc;
-	if (in && (rc = model_alloc(m, m->be->info.matmul_x_bf16 ? KT_BF16 : KT_F32, t, in,
-				    &s->act, "act", err, errlen)))
+	/* o_proj's and down's x: bf16 where the products round x to bf16 anyway
+	 * (attention and swiglu store it rounded: the same bits, half the bytes) */
+	if ((rc = model_alloc(m, xdt, t, q, &s->att, "att", err, errlen)) ||
+	    (in && (rc = model_alloc(m, xdt, t, in, &s->act, "act", err, errlen))))
 		return rc;
 	return model_rope_table(m, &s->inv_freq, err, errlen);
 }
