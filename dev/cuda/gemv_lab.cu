@@ -18,9 +18,9 @@
  *    block splitting K, MINB blocks a multiprocessor at least;
  *    tree = ca<1, 8>, or ca<2, 8> above 8 tokens when N >= 2048: the kernel
  *    of kernels/cuda/cuda_gemv.cu;
- *  - tile / tileb: the tree's GEMV tile itself (kernels/cuda/cuda_gemv_tile.cuh)
- *    with f32 x / bf16 x (x rounded beforehand, outside the timing), the
- *    tree's tiling;
+ *  - tile / tileb: the tree's GEMV kernel itself
+ *    (kernels/cuda/cuda_gemv_kernel.cuh) with f32 x / bf16 x (x rounded
+ *    beforehand, outside the timing), the tree's tiling;
  *  - ps<NT>: ca<NT, 8> as a persistent grid of one wave;
  *  - ffma<R>: CUDA-core GEMV in f32 (x not rounded): a warp owns R rows,
  *    each lane 8 k of each per step, x read once per step for all R rows,
@@ -49,7 +49,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_gemv_tile.cuh"
+#include "kernels/cuda/cuda_gemv_kernel.cuh"
 
 #define CK(call)                                                                          \
 	do {                                                                              \
@@ -673,45 +673,20 @@ static struct lab L;
 
 /* ---- the tree's tile ------------------------------------------------------------- */
 
-/* The tree's gemv_kernel (kernels/cuda/cuda_gemv.cu) for one weight and no
- * bias, its tile code itself. */
-template <int NT, int TT, typename XT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
-gemv_tile(float *y, const XT *x, const bf16 *w, int T, int N, int K)
-{
-	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
-	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-	const int64_t n0 = (int64_t)blockIdx.x * 8 * NT;
-	const bf16 *wr[NT];
-	const XT *xr[HALVES];
-	bool wok[NT], xok[HALVES];
-
-#pragma unroll
-	for (int nt = 0; nt < NT; nt++) {
-		const int64_t r = n0 + nt * 8 + g;
-
-		wok[nt] = r < N;
-		wr[nt] = w + (wok[nt] ? r : 0) * K;
-	}
-	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
-	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
-	__syncthreads();
-	for (int i = threadIdx.x; i < E; i += blockDim.x) {
-		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
-		const int t = (l >> 2) + (c >= 2 ? 8 : 0);
-		const int64_t r = n0 + nt * 8 + 2 * (l & 3) + (c & 1);
-
-		if (t < T && r < N)
-			y[(int64_t)t * N + r] = gemv_tile_sum<NT>(ring, i);
-	}
-}
-
+/* The tree's gemv_kernel (kernels/cuda/cuda_gemv_kernel.cuh) for one
+ * weight and no bias. */
 template <int NT, int TT, typename XT>
 static void tile_launch(float *y, const XT *x, const bf16 *w, int T, int N, int K)
 {
-	gemv_tile<NT, TT, XT><<<(unsigned)((N + 8 * NT - 1) / (8 * NT)), GEMV_WARPS * 32, 0,
-				L.stream>>>(y, x, w, T, N, K);
+	gemv_parts<float> parts = {};
+
+	parts.y[0] = y;
+	parts.w[0] = w;
+	parts.N[0] = N;
+	parts.blocks[0] = (N + 8 * NT - 1) / (8 * NT);
+	parts.n = 1;
+	gemv_kernel<NT, TT, XT, float><<<(unsigned)parts.blocks[0], GEMV_WARPS * 32, 0,
+					 L.stream>>>(parts, x, T, K);
 	CK(cudaGetLastError());
 }
 
