@@ -106,8 +106,11 @@ def decode_row(model, batch, context, gen, repeats):
         with torch.no_grad():
             model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                            cache_implementation="static")
-    t1 = timed(lambda: generate(first), repeats)
+    # The longer call first: generate() keeps the static cache of the
+    # longest call so far for a shorter one, so the two calls share one
+    # cache length and one compilation instead of compiling twice.
     t2 = timed(lambda: generate(first + gen), repeats)
+    t1 = timed(lambda: generate(first), repeats)
     s = t2 - t1
     return dict(test="decode", batch=batch, context=context, tokens=batch * gen, seconds=s,
                 tokens_per_s=batch * gen / s)
