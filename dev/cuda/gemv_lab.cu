@@ -49,26 +49,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "dev/cuda/lab.cuh"
 #include "kernels/cuda/cuda_gemv_kernel.cuh"
 
-#define CK(call)                                                                          \
-	do {                                                                              \
-		cudaError_t e_ = (call);                                                  \
-		if (e_ != cudaSuccess) {                                                  \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
-				cudaGetErrorString(e_));                                  \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
-#define BK(call)                                                                          \
-	do {                                                                              \
-		cublasStatus_t s_ = (call);                                               \
-		if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
-				cublasGetStatusString(s_));                               \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
 
 typedef __nv_bfloat16 bf16;
 
@@ -687,7 +670,7 @@ static void tile_launch(float *y, const XT *x, const bf16 *w, int T, int N, int 
 	parts.n = 1;
 	gemv_kernel<NT, TT, XT, float><<<(unsigned)parts.blocks[0], GEMV_WARPS * 32, 0,
 					 L.stream>>>(parts, x, T, K);
-	CK(cudaGetLastError());
+	CHECK(cudaGetLastError());
 }
 
 /* The tree's tiling; bf16 x is L.xb, which main fills with x rounded. */
@@ -718,10 +701,10 @@ static void run_cublas(float *y, const float *x, const bf16 *w, int T, int N, in
 
 	to_bf16_kernel<<<(unsigned)std::min<int64_t>((n + 255) / 256, 65536), 256, 0,
 			 L.stream>>>(L.xb, x, n);
-	CK(cudaGetLastError());
-	BK(cublasGemmEx(L.blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, CUDA_R_16BF, K, L.xb,
-			CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-			CUBLAS_GEMM_DEFAULT));
+	CHECK(cudaGetLastError());
+	LAB_BLAS_CHECK(cublasGemmEx(L.blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, CUDA_R_16BF,
+				    K, L.xb, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N,
+				    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <int NT, int TT>
@@ -730,7 +713,7 @@ static void mma_launch(float *y, const float *x, const bf16 *w, int T, int N, in
 	const unsigned blocks = (unsigned)((N + 8 * NT - 1) / (8 * NT));
 
 	gemv_mma<NT, TT><<<blocks, MMA_WARPS * 32, 0, L.stream>>>(y, x, w, T, N, K);
-	CK(cudaGetLastError());
+	CHECK(cudaGetLastError());
 }
 
 template <int NT>
@@ -751,7 +734,7 @@ static void ca_launch(float *y, const float *x, const bf16 *w, int T, int N, int
 	const unsigned blocks = (unsigned)((N + rows - 1) / rows);
 
 	gemv_ca<NT, TT, KS, MINB><<<blocks, CA_WARPS * 32, 0, L.stream>>>(y, x, w, T, N, K);
-	CK(cudaGetLastError());
+	CHECK(cudaGetLastError());
 }
 
 /* MINB: blocks a multiprocessor must hold (caps registers). */
@@ -783,14 +766,14 @@ static void ps_launch(float *y, const float *x, const bf16 *w, int T, int N, int
 	const int ntiles = (N + 8 * NT - 1) / (8 * NT);
 	int per_sm = 0, sms = 0, slots, m, grid;
 
-	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_ps<NT, TT>,
-							 CA_WARPS * 32, 0));
-	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_ps<NT, TT>,
+							    CA_WARPS * 32, 0));
+	CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 	slots = per_sm * sms;
 	m = (ntiles + slots - 1) / slots;
 	grid = (ntiles + m - 1) / m;
 	gemv_ps<NT, TT><<<grid, CA_WARPS * 32, 0, L.stream>>>(y, x, w, T, N, K);
-	CK(cudaGetLastError());
+	CHECK(cudaGetLastError());
 }
 
 template <int NT>
@@ -808,7 +791,7 @@ static void ffma_launch(float *y, const float *x, const bf16 *w, int T, int N, i
 	const unsigned blocks = (unsigned)((N + FF_WARPS * R - 1) / (FF_WARPS * R));
 
 	gemv_ffma<R, TT><<<blocks, FF_WARPS * 32, 0, L.stream>>>(y, x, w, T, N, K);
-	CK(cudaGetLastError());
+	CHECK(cudaGetLastError());
 }
 
 template <int R>
@@ -863,25 +846,25 @@ static double copy_bandwidth(void)
 	std::vector<double> ms;
 	char *a = (char *)pool, *b = (char *)pool + bytes;
 
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
+	CHECK(cudaEventCreate(&e0));
+	CHECK(cudaEventCreate(&e1));
 	for (int i = 0; i < 8; i++) {
 		float t;
 
-		CK(cudaEventRecord(e0, L.stream));
-		CK(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice,
-				   L.stream));
-		CK(cudaEventRecord(e1, L.stream));
-		CK(cudaEventSynchronize(e1));
-		CK(cudaEventElapsedTime(&t, e0, e1));
+		CHECK(cudaEventRecord(e0, L.stream));
+		CHECK(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice,
+				      L.stream));
+		CHECK(cudaEventRecord(e1, L.stream));
+		CHECK(cudaEventSynchronize(e1));
+		CHECK(cudaEventElapsedTime(&t, e0, e1));
 		if (i >= 2)
 			ms.push_back(t);
 	}
-	CK(cudaEventDestroy(e0));
-	CK(cudaEventDestroy(e1));
+	CHECK(cudaEventDestroy(e0));
+	CHECK(cudaEventDestroy(e1));
 	/* the copy scrambled the pool: restore the hash values */
 	fill_kernel<<<4096, 256, 0, L.stream>>>((uint16_t *)pool, POOL_ELEMS);
-	CK(cudaStreamSynchronize(L.stream));
+	CHECK(cudaStreamSynchronize(L.stream));
 	return 2.0 * bytes / (median(ms) * 1e-3);
 }
 
@@ -896,31 +879,31 @@ static double time_variant(const struct variant *v, float *y, const float *x, in
 	cudaEvent_t e0, e1;
 	std::vector<double> ms;
 
-	CK(cudaStreamBeginCapture(L.stream, cudaStreamCaptureModeGlobal));
+	CHECK(cudaStreamBeginCapture(L.stream, cudaStreamCaptureModeGlobal));
 	for (int i = 0; i < n; i++) {
 		uint64_t off = span ? (uint64_t)i * nk % span : 0;
 
 		v->launch(y, x, pool + (off & ~(uint64_t)63), T, N, K);
 	}
-	CK(cudaStreamEndCapture(L.stream, &graph));
-	CK(cudaGraphInstantiate(&exec, graph, 0));
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
+	CHECK(cudaStreamEndCapture(L.stream, &graph));
+	CHECK(cudaGraphInstantiate(&exec, graph, 0));
+	CHECK(cudaEventCreate(&e0));
+	CHECK(cudaEventCreate(&e1));
 	for (int r = 0; r < 12; r++) {
 		float t;
 
-		CK(cudaEventRecord(e0, L.stream));
-		CK(cudaGraphLaunch(exec, L.stream));
-		CK(cudaEventRecord(e1, L.stream));
-		CK(cudaEventSynchronize(e1));
-		CK(cudaEventElapsedTime(&t, e0, e1));
+		CHECK(cudaEventRecord(e0, L.stream));
+		CHECK(cudaGraphLaunch(exec, L.stream));
+		CHECK(cudaEventRecord(e1, L.stream));
+		CHECK(cudaEventSynchronize(e1));
+		CHECK(cudaEventElapsedTime(&t, e0, e1));
 		if (r >= 2)
 			ms.push_back(t);
 	}
-	CK(cudaEventDestroy(e0));
-	CK(cudaEventDestroy(e1));
-	CK(cudaGraphExecDestroy(exec));
-	CK(cudaGraphDestroy(graph));
+	CHECK(cudaEventDestroy(e0));
+	CHECK(cudaEventDestroy(e1));
+	CHECK(cudaGraphExecDestroy(exec));
+	CHECK(cudaGraphDestroy(graph));
 	return median(ms) * 1e-3 / n;
 }
 
@@ -1027,14 +1010,14 @@ static int run_one(int argc, char **argv, float *x, float *y)
 
 	for (size_t i = 0; i < xh.size(); i++)
 		xh[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
-	CK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
-	CK(cudaDeviceSynchronize());
+	CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+	CHECK(cudaDeviceSynchronize());
 	to_bf16_kernel<<<(T * K + 255) / 256, 256, 0, L.stream>>>(L.xb, x, (int64_t)T * K);
 	for (int v = 0; v < N_VARIANTS; v++)
 		if (!strcmp(variants[v].name, argv[2])) {
 			for (int i = 0; i < 6; i++)
 				variants[v].launch(y, x, pool + (uint64_t)i * N * K % (POOL_ELEMS - (uint64_t)N * K), T, N, K);
-			CK(cudaStreamSynchronize(L.stream));
+			CHECK(cudaStreamSynchronize(L.stream));
 			return 0;
 		}
 	fprintf(stderr, "no variant %s\n", argv[2]);
@@ -1051,21 +1034,21 @@ int main(int argc, char **argv)
 	std::vector<std::string> summary;
 	bool failed = false;
 
-	CK(cudaGetDeviceProperties(&prop, 0));
+	CHECK(cudaGetDeviceProperties(&prop, 0));
 	printf("device %s, %d SMs, L2 %d MB, mem %.0f GiB\n", prop.name, prop.multiProcessorCount,
 	       prop.l2CacheSize >> 20, prop.totalGlobalMem / 1073741824.0);
-	CK(cudaStreamCreateWithFlags(&L.stream, cudaStreamNonBlocking));
-	BK(cublasCreate(&L.blas));
-	BK(cublasSetStream(L.blas, L.stream));
-	CK(cudaMalloc(&L.blas_ws, 32 << 20));
-	BK(cublasSetWorkspace(L.blas, L.blas_ws, 32 << 20));
-	CK(cudaMalloc(&L.xb, (size_t)64 * 12288 * sizeof(bf16)));
-	CK(cudaMalloc(&pool, POOL_ELEMS * sizeof(bf16)));
-	CK(cudaMalloc(&x, (size_t)64 * 12288 * 4));
-	CK(cudaMalloc(&y, (size_t)64 * 151936 * 4));
+	CHECK(cudaStreamCreateWithFlags(&L.stream, cudaStreamNonBlocking));
+	LAB_BLAS_CHECK(cublasCreate(&L.blas));
+	LAB_BLAS_CHECK(cublasSetStream(L.blas, L.stream));
+	CHECK(cudaMalloc(&L.blas_ws, 32 << 20));
+	LAB_BLAS_CHECK(cublasSetWorkspace(L.blas, L.blas_ws, 32 << 20));
+	CHECK(cudaMalloc(&L.xb, (size_t)64 * 12288 * sizeof(bf16)));
+	CHECK(cudaMalloc(&pool, POOL_ELEMS * sizeof(bf16)));
+	CHECK(cudaMalloc(&x, (size_t)64 * 12288 * 4));
+	CHECK(cudaMalloc(&y, (size_t)64 * 151936 * 4));
 	yh = (float *)malloc((size_t)64 * 151936 * 4);
 	fill_kernel<<<4096, 256, 0, L.stream>>>((uint16_t *)pool, POOL_ELEMS);
-	CK(cudaStreamSynchronize(L.stream));
+	CHECK(cudaStreamSynchronize(L.stream));
 	if (one)
 		return run_one(argc, argv, x, y);
 	copy_bw = copy_bandwidth();
@@ -1086,8 +1069,8 @@ int main(int argc, char **argv)
 				xh[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
 				xr[i] = round_bf16(xh[i]);
 			}
-			CK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
-			CK(cudaDeviceSynchronize()); /* the copy's DMA may still run */
+			CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+			CHECK(cudaDeviceSynchronize()); /* the copy's DMA may still run */
 			to_bf16_kernel<<<(unsigned)((xh.size() + 255) / 256), 256, 0, L.stream>>>(
 				L.xb, x, (int64_t)xh.size());
 			ref = make_reference(xh, xr, rows, T, s.K);
@@ -1097,11 +1080,11 @@ int main(int argc, char **argv)
 
 				if (T > var->max_t || !selected(argc > 2 ? argv[2] : NULL, var->name))
 					continue;
-				CK(cudaMemsetAsync(y, 0xff, (size_t)T * s.N * 4, L.stream));
+				CHECK(cudaMemsetAsync(y, 0xff, (size_t)T * s.N * 4, L.stream));
 				var->launch(y, x, pool, T, s.N, s.K);
-				CK(cudaMemcpyAsync(yh, y, (size_t)T * s.N * 4,
-						   cudaMemcpyDeviceToHost, L.stream));
-				CK(cudaStreamSynchronize(L.stream));
+				CHECK(cudaMemcpyAsync(yh, y, (size_t)T * s.N * 4,
+						      cudaMemcpyDeviceToHost, L.stream));
+				CHECK(cudaStreamSynchronize(L.stream));
 				err[v] = check(yh, ref, var->rounds_x, rows, T, s.N);
 				worst_err[v] = std::max(worst_err[v], err[v]);
 				if (!(err[v] <= 1e-4)) {

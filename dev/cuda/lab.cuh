@@ -1,6 +1,7 @@
-/* Helpers of the kernel lab programs (dev/cuda/*.cu): checked CUDA calls,
- * deterministic cache contents that host and device compute alike, bf16
- * rounding as the device does it, shuffled block tables and event timing.
+/* Helpers of the kernel lab programs (dev/cuda/*.cu): checked CUDA and
+ * cuBLAS calls, deterministic cache contents that host and device compute
+ * alike, bf16 rounding as the device does it, shuffled block tables and
+ * event timing.
  *
  * Cache element i (a flat index into the K or V cache) is lab_val(i, seed):
  * a hash of i mapped to a multiple of 2^-15 in [-1, 1), stored as bf16. The
@@ -32,6 +33,17 @@
 	} while (0)
 
 #define CHECK_LAUNCH() CHECK(cudaGetLastError())
+
+/* A cuBLAS or cublasLt call (for the programs that link them). */
+#define LAB_BLAS_CHECK(call)                                                          \
+	do {                                                                          \
+		cublasStatus_t s_ = (call);                                           \
+		if (s_ != CUBLAS_STATUS_SUCCESS) {                                    \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,  \
+				cublasGetStatusString(s_));                           \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
 
 __host__ __device__ inline float lab_val(uint64_t i, uint64_t seed)
 {

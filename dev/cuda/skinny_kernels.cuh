@@ -7,11 +7,12 @@
  * skinny_kernel<BN, TM, WR, ST, NW>: block (tile, split) owns BN rows of w,
  * all TM tokens (T <= TM) and the split-th of S equal parts of K (K a
  * multiple of SKINNY_BK · S). Its NW warps (8 unless said) stand WR along
- * the rows and NW / WR along the tokens; warp (wr, wt) owns rows wr·BN/WR.. (16 an m-tile) and tokens
- * wt·TM·WR/8.. (8 an n-tile). w and x pass through a ring of ST stages of
- * SKINNY_BK k in shared memory, filled by cp.async, rows of 128 bytes whose
- * 16-byte chunks are XOR-swizzled by the row so that ldmatrix reads 8 rows
- * without bank conflicts. An mma.sync m16n8k16 takes rows of w as M (A from
+ * the rows and NW / WR along the tokens; warp (wr, wt) owns rows
+ * wr·BN/WR.. (16 an m-tile) and tokens wt·TM·WR/NW.. (8 an n-tile). w and
+ * x pass through a ring of ST stages of SKINNY_BK k in shared memory,
+ * filled by cp.async, rows of 128 bytes whose 16-byte chunks are
+ * XOR-swizzled by the row so that ldmatrix reads 8 rows without bank
+ * conflicts. An mma.sync m16n8k16 takes rows of w as M (A from
  * ldmatrix.x4 of the w stage) and tokens as N (B from ldmatrix.x4 of the x
  * stage, two n-tiles a load). Rows of w past N and tokens past T are
  * zero-filled and never stored. Every block reads its k-range of x from L2:

@@ -19,7 +19,8 @@
  * part of a 2 GiB pool so that L2 (50 MB) never holds them. Timing: a CUDA
  * graph of n back-to-back launches, replayed; the median of 8 replays over n.
  *
- * Build: nvcc -O3 -std=c++17 -arch=sm_90a -I. dev/cuda/skinny_lab.cu -lcublasLt -lcublas -o /tmp/skinny_lab
+ * Build: nvcc -O3 -std=c++17 -arch=sm_90a -I. dev/cuda/skinny_lab.cu \
+ *            -lcublasLt -lcublas -o /tmp/skinny_lab
  * Run:   /tmp/skinny_lab [csv-file]          every shape, T and variant
  *        /tmp/skinny_lab --one NAME K N T     3 launches of one variant, for a profiler
  */
@@ -39,15 +40,6 @@
 #include "dev/cuda/lab.cuh"
 #include "dev/cuda/skinny_kernels.cuh"
 
-#define BK(call)                                                                          \
-	do {                                                                              \
-		cublasStatus_t s_ = (call);                                               \
-		if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
-				cublasGetStatusString(s_));                               \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
 
 typedef __nv_bfloat16 bf16;
 
@@ -76,9 +68,9 @@ static launch_fn cublas_launch(int T, int N, int K)
 	return [=](float *y, const bf16 *w) {
 		const float one = 1.0f, zero = 0.0f;
 
-		BK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, CUDA_R_16BF, K,
-				xb, CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-				CUBLAS_GEMM_DEFAULT));
+		LAB_BLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w,
+					    CUDA_R_16BF, K, xb, CUDA_R_16BF, K, &zero, y, CUDA_R_32F,
+					    N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 	};
 }
 
@@ -97,15 +89,17 @@ static lt_plan lt_make(int T, int N, int K)
 	cublasLtMatmulHeuristicResult_t res[16];
 	int n = 0;
 
-	BK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-	BK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr));
-	BK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K));
-	BK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, T, K));
-	BK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, T, N));
-	BK(cublasLtMatmulPreferenceCreate(&pref));
-	BK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-						sizeof ws));
-	BK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &n));
+	LAB_BLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	LAB_BLAS_CHECK(
+		cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr));
+	LAB_BLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, N, K));
+	LAB_BLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, K, T, K));
+	LAB_BLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, T, N));
+	LAB_BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+	LAB_BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+	LAB_BLAS_CHECK(
+		cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &n));
 	p.algos.assign(res, res + n);
 	cublasLtMatmulPreferenceDestroy(pref);
 	return p;
@@ -116,8 +110,8 @@ static launch_fn lt_launch(const lt_plan &p, int i)
 	return [=](float *y, const bf16 *w) {
 		const float one = 1.0f, zero = 0.0f;
 
-		BK(cublasLtMatmul(lt, p.op, &one, w, p.a, xb, p.b, &zero, y, p.c, y, p.c,
-				  &p.algos[i].algo, blas_ws, WS_BYTES, stream));
+		LAB_BLAS_CHECK(cublasLtMatmul(lt, p.op, &one, w, p.a, xb, p.b, &zero, y, p.c, y,
+					      p.c, &p.algos[i].algo, blas_ws, WS_BYTES, stream));
 	};
 }
 
@@ -357,11 +351,11 @@ int main(int argc, char **argv)
 	printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 	sms = prop.multiProcessorCount;
 	CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-	BK(cublasCreate(&blas));
-	BK(cublasLtCreate(&lt));
-	BK(cublasSetStream(blas, stream));
+	LAB_BLAS_CHECK(cublasCreate(&blas));
+	LAB_BLAS_CHECK(cublasLtCreate(&lt));
+	LAB_BLAS_CHECK(cublasSetStream(blas, stream));
 	CHECK(cudaMalloc(&blas_ws, WS_BYTES));
-	BK(cublasSetWorkspace(blas, blas_ws, WS_BYTES));
+	LAB_BLAS_CHECK(cublasSetWorkspace(blas, blas_ws, WS_BYTES));
 	CHECK(cudaMalloc(&pool, POOL_ELEMS * 2));
 	CHECK(cudaMalloc(&xb, (size_t)MAX_T * MAX_K * 2));
 	CHECK(cudaMalloc(&y, (size_t)MAX_T * MAX_N * 4));
