@@ -167,10 +167,12 @@ static void reference(const lab &L, const step &st, const std::vector<int> &whic
 
 /* min N: splits of at least N keys (the backend uses DEC_MIN_CHUNK) */
 enum variant {
-	V_SPLIT2, V_SPLIT3, V_SPLIT4, V_NOSPLIT3, V_MIN256, V_MIN128, V_GENERIC, N_VARIANTS
+	V_SPLIT2, V_SPLIT3, V_SPLIT4, V_NOSPLIT3, V_MIN256, V_MIN128, V_NOSPLIT2, V_GENERIC,
+	N_VARIANTS
 };
 static const char *vname[N_VARIANTS] = { "tc ring2", "tc ring3", "tc ring4", "tc ring3 1split",
-					 "tc ring3 min256", "tc ring3 min128", "generic" };
+					 "tc ring3 min256", "tc ring3 min128", "tc ring2 1split",
+					 "generic" };
 
 template <int D, int STAGES>
 static void launch_tc(const lab &L, const step &st, bool split, decode_plan *plan_out,
@@ -236,6 +238,7 @@ static void launch(const lab &L, const step &st, int v, decode_plan *p)
 	case V_NOSPLIT3: launch_tc<D, 3>(L, st, false, p); break;
 	case V_MIN256: launch_tc<D, 3>(L, st, true, p, 256); break;
 	case V_MIN128: launch_tc<D, 3>(L, st, true, p, 128); break;
+	case V_NOSPLIT2: launch_tc<D, 2>(L, st, false, p); break;
 	default: launch_generic<D>(L, st); break;
 	}
 	CHECK_LAUNCH();
@@ -305,10 +308,11 @@ static void ragged(lab &L, const shape &sh, int rows, int max_kv_len, const char
 	step_free(st);
 }
 
-/* Variants vs of one point; layout picks the block table. */
-static void sweep_point(lab &L, int rows, int len, int layout, const std::vector<int> &vs)
+/* Variants vs of one point; layout picks the block table; the launch is
+ * planned for `planned` keys (0: len), as a graph's is for its bucket. */
+static void sweep_point(lab &L, int rows, int len, int layout, const std::vector<int> &vs,
+			int planned = 0, shape sh = { 32, 8, 128 })
 {
-	const shape sh = { 32, 8, 128 };
 	std::vector<int> lens(rows, len), which = { 0 };
 	std::vector<double> ref;
 	const double bytes = (double)rows * len * sh.n_kv * sh.D * 2 * 2;
@@ -317,9 +321,13 @@ static void sweep_point(lab &L, int rows, int len, int layout, const std::vector
 
 	if (rows > 1)
 		which.push_back(rows - 1);
-	step_make(st, sh, lens, len, layout);
+	step_make(st, sh, lens, planned ? planned : len, layout);
 	reference(L, st, which, ref);
-	snprintf(what, sizeof what, "batch %d len %d", rows, len);
+	if (planned)
+		snprintf(what, sizeof what, "%d/%d b%d len %d/%d", sh.n_heads, sh.n_kv, rows, len,
+			 planned);
+	else
+		snprintf(what, sizeof what, "batch %d len %d", rows, len);
 	printf("%-22s", what);
 	for (int v : vs) {
 		decode_plan p = { 1, 0, 1 };
@@ -362,8 +370,9 @@ static void copy_bandwidth(void)
 	CHECK(cudaFree(b));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	const bool short_only = argc > 1 && !strcmp(argv[1], "short");
 	cudaDeviceProp prop;
 	lab L;
 	const int bt_cols = MAX_LEN / BS;
@@ -395,6 +404,11 @@ int main(void)
 	CHECK(cudaMalloc(&L.fault, 4));
 	CHECK(cudaDeviceSynchronize());
 
+	if (argc == 5 && !strcmp(argv[1], "one")) {
+		/* one ROWS LEN PLANNED: the backend's variant on one point, for a profiler */
+		sweep_point(L, atoi(argv[2]), atoi(argv[3]), 1, { V_SPLIT3 }, atoi(argv[4]));
+		return failures ? 1 : 0;
+	}
 	printf("\n== correctness: ragged batches (lengths 1..max_kv_len, planned for "
 	       "max_kv_len)\n");
 	ragged(L, { 32, 8, 128 }, 20, 4096, "32/8 D128 20 rows <=4096");
@@ -402,6 +416,27 @@ int main(void)
 	ragged(L, { 8, 8, 64 }, 6, 700, "MHA 8/8 D64 6 rows <=700");
 	ragged(L, { 32, 1, 128 }, 4, 1500, "32/1 D128 (2 head chunks)");
 	ragged(L, { 10, 2, 64 }, 5, 9000, "10/2 D64 (group 5) <=9000");
+
+	/* The engine's decode graphs are planned for their KV bucket (256 keys
+	 * and up, doubling) while the rows hold fewer: the short contexts of a
+	 * chat's first tokens and of atlas bench's decode rows. */
+	printf("\n== short rows in a graph planned for 256 keys (Qwen3-8B 32/8 and "
+	       "Qwen3-0.6B 16/8 heads, D 128)\n");
+	for (shape sh : { shape{ 32, 8, 128 }, shape{ 16, 8, 128 } })
+		for (int rows : { 1, 8, 64 })
+			for (int len : { 24, 80, 140 })
+				sweep_point(L, rows, len, 1,
+					    { V_SPLIT3, V_NOSPLIT3, V_SPLIT2, V_NOSPLIT2 },
+					    256, sh);
+	printf("\n   longer rows, planned for their length (Qwen3-8B)\n");
+	for (int rows : { 1, 8, 32, 64 })
+		for (int len : { 512, 1024, 4096 })
+			sweep_point(L, rows, len, 1,
+				    { V_SPLIT3, V_NOSPLIT3, V_SPLIT2, V_NOSPLIT2 });
+	if (short_only) {
+		printf("\n%s: %d check(s) failed\n", failures ? "FAIL" : "ok", failures);
+		return failures ? 1 : 0;
+	}
 
 	printf("\n== sweep: Qwen3-8B decode (32/8 heads, D 128, block 16), us per step "
 	       "(graph replay) and K+V GB/s\n"

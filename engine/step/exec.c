@@ -1,10 +1,12 @@
 /* The executor (exec.h): opening the device side, and running one command.
  *
- * A run uploads the command's block tables into the rows of its slots,
- * derives each row's position and slot from the sequences, runs the model
- * (a step of decode rows and short verifies whose rows all want logits
- * replays the CUDA graph of its bucket, padded with rows of the pad slot),
- * samples the out rows and downloads the kept logits.
+ * A run derives each row's position and slot from the sequences, uploads
+ * the entries of the command's block tables that changed since the last run
+ * (into the rows of its slots) and the rows' arrays (in one copy: a copy
+ * costs the host microseconds while the device waits), runs the model (a
+ * step of decode rows and short verifies whose rows all want logits replays
+ * the CUDA graph of its bucket, padded with rows of the pad slot), samples
+ * the out rows and downloads the kept logits.
  *
  * A command whose tables name host-tier slots (DESIGN §8) is laid out for
  * model_attend: each sequence's blocks up to its last host one are pieces
@@ -131,11 +133,8 @@ static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 	const struct step_limits *l = &x->lim;
 	const int rows = x->n_seq_slots + 1, vocab = x->geo.vocab;
 	int rc;
-	if ((rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_ids)) ||
-	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_pos)) ||
-	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_seq)) ||
-	    (rc = kt_alloc(be, KT_I32, l->max_rows, 1, &x->d_state_slot)) ||
-	    (rc = kt_alloc(be, KT_I32, l->max_out, 1, &x->d_out_rows)) ||
+	const size_t packed = 4 * (size_t)l->max_rows + (size_t)l->max_out;
+	if ((rc = kt_alloc(be, KT_I32, (int64_t)packed, 1, &x->d_rows)) ||
 	    (rc = kt_alloc(be, KT_I32, rows, x->geo.max_blocks, &x->d_tables)) ||
 	    (rc = kt_alloc(be, KT_F32, l->max_out, vocab, &x->d_logits)) ||
 	    (rc = alloc_hidden(x)))
@@ -146,30 +145,30 @@ static int alloc_buffers(struct exec *x, char *err, size_t errlen)
 	x->seqslot = calloc((size_t)l->max_rows, sizeof *x->seqslot);
 	x->stslot = calloc((size_t)l->max_rows, sizeof *x->stslot);
 	x->out_rows = calloc((size_t)l->max_rows, sizeof *x->out_rows);
+	x->h_rows = calloc(packed, sizeof *x->h_rows);
+	x->h_tables_dev = calloc((size_t)rows * (size_t)x->geo.max_blocks, sizeof *x->h_tables_dev);
 	x->sample = calloc((size_t)l->max_out, sizeof *x->sample);
 	x->segments = calloc((size_t)l->max_seqs, sizeof *x->segments);
 	x->tokens = calloc((size_t)l->max_out, sizeof *x->tokens);
 	x->logits = malloc((size_t)l->max_out * (size_t)vocab * sizeof *x->logits);
-	if (!x->ids || !x->pos || !x->seqslot || !x->stslot || !x->out_rows || !x->sample ||
-	    !x->segments ||
+	if (!x->ids || !x->pos || !x->seqslot || !x->stslot || !x->out_rows || !x->h_rows ||
+	    !x->h_tables_dev || !x->sample || !x->segments ||
 	    !x->tokens || !x->logits)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory for step buffers");
 	return 0;
 }
 
 /* Every block-table entry points into the pool: unused ones at block 0,
- * the pad slot's at the pad block (padding rows write and read only there). */
+ * the pad slot's at the pad block (padding rows write and read only there).
+ * h_tables_dev keeps what was uploaded: only upload_tables writes d_tables
+ * after this. */
 static int init_tables(struct exec *x)
 {
 	const size_t cols = (size_t)x->geo.max_blocks, rows = (size_t)x->n_seq_slots + 1;
-	int32_t *t = calloc(rows * cols, sizeof *t);
-	if (!t)
-		return -ENOMEM;
+	int32_t *t = x->h_tables_dev;
 	for (size_t i = 0; i < cols; i++)
 		t[(size_t)x->pad_slot * cols + i] = x->pool.kv.pad_block;
-	int rc = kt_upload(x->be, &x->d_tables, 0, t, rows * cols * sizeof *t);
-	free(t);
-	return rc;
+	return kt_upload(x->be, &x->d_tables, 0, t, rows * cols * sizeof *t);
 }
 
 static int load(struct exec *x, exec_join_fn join, void *ctx, char *err, size_t errlen)
@@ -277,9 +276,7 @@ void exec_close(struct exec *x)
 	if (!x)
 		return;
 	if (x->be) {
-		struct kt_tensor *t[] = { &x->d_ids, &x->d_pos, &x->d_seq, &x->d_state_slot,
-					  &x->d_out_rows,
-					  &x->d_tables, &x->d_logits, &x->d_hidden,
+		struct kt_tensor *t[] = { &x->d_rows, &x->d_tables, &x->d_logits, &x->d_hidden,
 					  &x->d_hidden_out };
 		for (size_t i = 0; i < ATLAS_ARRAY_LEN(t); i++)
 			if (t[i]->data)
@@ -303,6 +300,8 @@ void exec_close(struct exec *x)
 	free(x->seqslot);
 	free(x->stslot);
 	free(x->out_rows);
+	free(x->h_rows);
+	free(x->h_tables_dev);
 	free(x->sample);
 	free(x->segments);
 	free(x->tokens);
@@ -471,23 +470,77 @@ static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b
 	}
 }
 
+/* Changed table entries closer than this many bytes go up in one copy,
+ * with the unchanged ones between them: a copy costs the host a few
+ * microseconds, more than a few KB more of it. */
+#define TABLE_COPY_MERGE_BYTES 65536
+
+static int upload_table_range(struct exec *x, size_t lo, size_t hi)
+{
+	int rc = kt_upload(x->be, &x->d_tables, lo * sizeof *x->h_tables_dev,
+			   x->h_tables_dev + lo, (hi - lo) * sizeof *x->h_tables_dev);
+	x->tables_stale |= rc != 0;
+	return rc;
+}
+
+/* Upload the entries of the command's tables that differ from what
+ * d_tables holds. A decode step's sequences gain a block every block_size
+ * tokens, so most steps upload none; a batch of sequences that all gain one
+ * at once is a few copies, not one a sequence. After a failed copy the
+ * whole table goes up again. */
 static int upload_tables(struct exec *x, const struct step_cmd *c)
 {
 	const int32_t *tables = x->stage.n_pieces ? x->h_tables : c->tables;
+	const size_t cols = (size_t)x->geo.max_blocks;
+	size_t lo = SIZE_MAX, hi = 0;
+	int rc;
 	for (int i = 0; i < c->n_seqs; i++) {
 		const struct step_seq *q = &c->seqs[i];
-		size_t off = (size_t)q->slot * (size_t)x->geo.max_blocks * sizeof(int32_t);
-		int rc = kt_upload(x->be, &x->d_tables, off, tables + q->table,
-				   (size_t)q->n_blocks * sizeof(int32_t));
-		if (rc)
-			return rc;
+		int32_t *dev = x->h_tables_dev + (size_t)q->slot * cols;
+		const int32_t *t = tables + q->table;
+		int b = 0, e = q->n_blocks;
+		while (b < e && dev[b] == t[b])
+			b++;
+		while (e > b && dev[e - 1] == t[e - 1])
+			e--;
+		if (b == e)
+			continue;
+		memcpy(dev + b, t + b, (size_t)(e - b) * sizeof *t);
+		const size_t from = (size_t)q->slot * cols + (size_t)b;
+		const size_t to = (size_t)q->slot * cols + (size_t)e;
+		if (lo != SIZE_MAX && (from >= hi ? from - hi : lo - to) * sizeof *t >
+					      TABLE_COPY_MERGE_BYTES) {
+			if ((rc = upload_table_range(x, lo, hi)))
+				return rc;
+			lo = SIZE_MAX;
+			hi = 0;
+		}
+		lo = ATLAS_MIN(lo, from);
+		hi = ATLAS_MAX(hi, to);
 	}
-	return 0;
+	if (x->tables_stale) {
+		x->tables_stale = false;
+		return upload_table_range(x, 0, ((size_t)x->n_seq_slots + 1) * cols);
+	}
+	return lo == SIZE_MAX ? 0 : upload_table_range(x, lo, hi);
 }
 
-static int upload_i32(struct exec *x, const struct kt_tensor *dst, const int32_t *src, int n)
+/* Pack the step's row arrays n_rows apart and upload them in one copy;
+ * point the step's tensors at them. */
+static int upload_rows(struct exec *x, struct model_step *s, int n_rows, int n_out)
 {
-	return kt_upload(x->be, dst, 0, src, (size_t)n * sizeof *src);
+	const size_t n = (size_t)n_rows;
+	const int32_t *src[4] = { x->ids, x->pos, x->seqslot, x->stslot };
+	for (size_t k = 0; k < 4; k++)
+		memcpy(x->h_rows + k * n, src[k], n * sizeof *x->h_rows);
+	memcpy(x->h_rows + 4 * n, x->out_rows, (size_t)n_out * sizeof *x->h_rows);
+	s->ids = kt_rows(x->d_rows, 0, n_rows);
+	s->batch.pos = kt_rows(x->d_rows, n_rows, n_rows);
+	s->batch.seq = kt_rows(x->d_rows, 2 * n_rows, n_rows);
+	if (x->pool.state.n_layers)
+		s->state_slot = kt_rows(x->d_rows, 3 * n_rows, n_rows);
+	s->out_rows = kt_rows(x->d_rows, 4 * n_rows, n_out);
+	return kt_upload(x->be, &x->d_rows, 0, x->h_rows, (4 * n + (size_t)n_out) * sizeof *x->h_rows);
 }
 
 /* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits.
@@ -526,25 +579,14 @@ static int forward(struct exec *x, const struct step_cmd *c)
 	}
 	f.s.batch.n_tokens = n_rows;
 	f.s.batch.max_kv_len = max_kv;
-	f.s.batch.pos = kt_rows(x->d_pos, 0, n_rows);
-	f.s.batch.seq = kt_rows(x->d_seq, 0, n_rows);
-	f.s.ids = kt_rows(x->d_ids, 0, n_rows);
-	f.s.out_rows = kt_rows(x->d_out_rows, 0, n_out);
 	f.s.logits = kt_rows(x->d_logits, 0, n_out);
 	if (x->d_hidden.data)
 		f.s.hidden = kt_rows(x->d_hidden, 0, n_rows);
 	if (x->d_hidden_out.data)
 		f.s.hidden_out = kt_rows(x->d_hidden_out, 0, n_out);
-	if (x->pool.state.n_layers) {
+	if (x->pool.state.n_layers)
 		f.s.state = x->pool.state.layers;
-		f.s.state_slot = kt_rows(x->d_state_slot, 0, n_rows);
-		if ((rc = upload_i32(x, &f.s.state_slot, x->stslot, n_rows)))
-			return rc;
-	}
-	if ((rc = upload_tables(x, c)) || (rc = upload_i32(x, &f.s.ids, x->ids, n_rows)) ||
-	    (rc = upload_i32(x, &f.s.batch.pos, x->pos, n_rows)) ||
-	    (rc = upload_i32(x, &f.s.batch.seq, x->seqslot, n_rows)) ||
-	    (rc = upload_i32(x, &f.s.out_rows, x->out_rows, n_out)))
+	if ((rc = upload_tables(x, c)) || (rc = upload_rows(x, &f.s, n_rows, n_out)))
 		return rc;
 	if (graph)
 		return kt_graph(x->be, (uint64_t)n_rows << 32 | (uint64_t)max_kv, record_forward,

@@ -43,12 +43,13 @@ struct exec {
 	bool graphs;                    /* steps of decode rows replay CUDA graphs */
 
 	/* Device step buffers. */
-	struct kt_tensor d_ids, d_pos, d_seq;   /* [max_rows, 1] i32 */
-	struct kt_tensor d_state_slot;          /* [max_rows, 1] i32 each row's state row
-						 * (models with linear layers) */
+	/* A step's row arrays [4 * max_rows + max_out, 1] i32, packed n rows
+	 * apart for a step of n rows so that one copy uploads them: ids, then
+	 * positions, slots, state rows (models with linear layers), and the
+	 * n_out out rows. */
+	struct kt_tensor d_rows;
 	int pad_state;                          /* the state row of graph padding rows, which
 						 * no sequence holds; -1 without states */
-	struct kt_tensor d_out_rows;            /* [max_out, 1] i32 */
 	struct kt_tensor d_tables;              /* [n_seq_slots + 1, max_blocks] i32 */
 	struct kt_tensor d_logits;              /* [max_out, vocab] f32 */
 	/* Final hidden rows [max_rows, hidden] f32: a model's every row, kept
@@ -74,6 +75,11 @@ struct exec {
 	/* Host staging, sized for the largest command (plus graph padding). */
 	int32_t *ids, *pos, *seqslot, *stslot;  /* [max_rows] */
 	int32_t *out_rows;                      /* [max_rows] */
+	int32_t *h_rows;                        /* [4 * max_rows + max_out] d_rows' upload */
+	int32_t *h_tables_dev;                  /* [n_seq_slots + 1, max_blocks] what
+						 * d_tables holds: a run uploads only the
+						 * table entries that changed */
+	bool tables_stale;                      /* a table copy failed: upload them all */
 	struct kt_sample_row *sample;           /* [max_out] */
 	struct kt_segment *segments;            /* [max_seqs] */
 	int32_t *tokens;                        /* [max_out] the result's tokens */

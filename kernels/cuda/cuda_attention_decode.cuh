@@ -41,6 +41,10 @@
 #define DEC_MAX_SPLITS 64
 #define DEC_MIN_CHUNK 64   /* fewest keys worth a split of their own */
 #define DEC_STAGES 3
+/* Row stride in floats of the warps' outputs in the epilogue: D + 8, so
+ * that the 8 rows a float2 store spreads over fall in different banks (a
+ * stride of D put them all in one: an 8-way conflict on every store). */
+#define DEC_OS_STRIDE(D) ((D) + 8)
 
 static_assert(DEC_MAX_SPLITS <= 64, "the merge weighs 2 splits per lane");
 
@@ -102,7 +106,8 @@ static inline decode_plan decode_plan_make(int rows, int group, int n_kv, int ma
 template <int D, int STAGES> struct decode_cfg {
 	static constexpr int threads = DEC_WARPS * 32;
 	static constexpr int smem = STAGES * att_geom<D>::stage_bytes;
-	static_assert(DEC_WARPS * DEC_HEADS * D * 4 <= smem, "merge area fits the ring");
+	static_assert(DEC_WARPS * DEC_HEADS * DEC_OS_STRIDE(D) * 4 <= smem,
+		      "merge area fits the ring");
 	static_assert(DEC_WARPS * 16 == ATT_TILE, "one 16-key slice per warp");
 };
 
@@ -203,9 +208,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int64_t ld = (int64_t)a.n_heads * D, at = (int64_t)t * ld + (int64_t)h0 * D;
 	const uint32_t sm = smem_addr(att_smem);
-	float *os = (float *)att_smem; /* [DEC_WARPS][DEC_HEADS][D] after the ring is done */
+	/* [DEC_WARPS][DEC_HEADS][DEC_OS_STRIDE(D)] after the ring is done */
+	float *os = (float *)att_smem;
 	warp_rows<D> w;
-	int len, start, end, n_tiles, r;
+	int len, start, end, n_tiles, n_act, r;
 
 	pdl_wait();
 	pdl_launch_dependents();
@@ -222,6 +228,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	if (start >= len)
 		return;
 	end = min(start + a.chunk, len);
+	n_act = (len + a.chunk - 1) / a.chunk;
 	n_tiles = (end - start + ATT_TILE - 1) / ATT_TILE;
 	r = lane >> 2;
 	warp_rows_init<D>(w, r < nh ? a.q + at + (int64_t)r * D : NULL,
@@ -270,10 +277,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	for (int nd = 0; nd < D / 8; nd++) {
 		const int c = 8 * nd + 2 * (lane & 3);
 
-		float *o0 = os + (warp * DEC_HEADS + r) * D + c;
+		float *o0 = os + (warp * DEC_HEADS + r) * DEC_OS_STRIDE(D) + c;
 
 		*(float2 *)o0 = make_float2(w.o[nd][0], w.o[nd][1]);
-		*(float2 *)(o0 + 8 * D) = make_float2(w.o[nd][2], w.o[nd][3]);
+		*(float2 *)(o0 + 8 * DEC_OS_STRIDE(D)) = make_float2(w.o[nd][2], w.o[nd][3]);
 	}
 	__syncthreads();
 	for (int i = threadIdx.x; i < nh * D; i += cfg::threads) {
@@ -290,10 +297,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			const float f = exp2_fast(ms[v][row] - M);
 
 			L += ls[v][row] * f;
-			O += os[(v * DEC_HEADS + row) * D + d] * f;
+			O += os[(v * DEC_HEADS + row) * DEC_OS_STRIDE(D) + d] * f;
 		}
 		if (a.splits == 1) {
 			a.out.put(at + i, bad_from != INT_MAX ? NAN : O / L);
+		} else if (n_act == 1) {
+			/* The merge's arithmetic over one split (weight 1, sum L):
+			 * the same bits without the round trip through memory. */
+			a.out.put(at + i, bad_from != INT_MAX ? NAN : O * (1.0f / L));
 		} else {
 			const int64_t slot = ((int64_t)t * a.n_heads + h0 + row) * a.splits + split;
 
@@ -304,9 +315,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	}
 	if (threadIdx.x == 0 && bad_from != INT_MAX)
 		atomicOr(a.fault, CUDA_FAULT_ATTENTION);
-	if (a.splits == 1)
+	if (a.splits == 1 || n_act == 1)
 		return;
-	decode_merge_splits<D>(a, t, h0, nh, (len + a.chunk - 1) / a.chunk, wts, inv_l, &last);
+	decode_merge_splits<D>(a, t, h0, nh, n_act, wts, inv_l, &last);
 }
 
 template <int D, int STAGES> static inline cudaError_t decode_setup(void)
