@@ -1,6 +1,7 @@
 /* Decode attention lab: the split-K tensor-core decode kernel of
  * kernels/cuda/cuda_attention_decode.cuh (ring depths 2, 3, 4; without
- * splits; splits of at least 64 (the backend's), 128 or 256 keys) and the
+ * splits at depths 2 and 3; splits of at least 64 (the backend's), 128 or
+ * 256 keys) and the
  * generic kernel it replaced, on paged bf16 caches with shuffled block
  * tables, against a float64 CPU reference.
  *
