@@ -23,8 +23,9 @@
 #        (test_engine, on each model) of the last side.
 # bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
 #        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
-#        second round shows the drift of the machine). CSVs to $OUT as
-#        ab-SHAPE-SIDE-ROUND.csv. With AB_LAST_EXTRA (options such as
+#        second round shows the drift of the machine). CSVs
+#        ab-SHAPE-SIDE-ROUND.csv, packed into $OUT/ab-bench.tgz (the device
+#        tool returns only a few files of a call). With AB_LAST_EXTRA (options such as
 #        "-o cuda_pdl=false"), the last side runs once more with them in
 #        each round, as side "Nx" (a change that a key turns off, measured
 #        on and off in one build).
@@ -146,6 +147,9 @@ bench)
 				failed=$((failed + 1))
 		done
 	done
+	# One file for all the CSVs: the device tool brings back only a few
+	# files of a call's $OUT, and sides x rounds x shapes are more.
+	(cd "$out" && tar czf ab-bench.tgz ab-*.csv && rm -f ab-*.csv) || failed=$((failed + 1))
 	;;
 *)
 	echo "gpu-ab.sh: unknown phase $phase" >&2
