@@ -540,7 +540,8 @@ static int upload_rows(struct exec *x, struct model_step *s, int n_rows, int n_o
 	if (x->pool.state.n_layers)
 		s->state_slot = kt_rows(x->d_rows, 3 * n_rows, n_rows);
 	s->out_rows = kt_rows(x->d_rows, 4 * n_rows, n_out);
-	return kt_upload(x->be, &x->d_rows, 0, x->h_rows, (4 * n + (size_t)n_out) * sizeof *x->h_rows);
+	return kt_upload(x->be, &x->d_rows, 0, x->h_rows,
+			 (4 * n + (size_t)n_out) * sizeof *x->h_rows);
 }
 
 /* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits.

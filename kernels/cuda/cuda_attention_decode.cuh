@@ -13,9 +13,11 @@
  * STAGES-deep cp.async ring of ATT_TILE keys; warp w folds keys
  * [16 w, 16 w + 16) of each tile into its own softmax state, and the warps'
  * states merge through shared memory at the end. With one split the CTA
- * writes out. Otherwise it writes its unnormalised output and (m, l) to the
- * workspace, fences, and counts itself done on its (row, kv head, head
- * chunk) counter; the CTA that counts last merges the splits of its heads,
+ * writes out; so does a CTA whose row's keys all fall in its split (the
+ * only split of that row that runs), with the merge's arithmetic for one
+ * split, o · (1 / l), so the bits are the merge's. Otherwise it writes its
+ * unnormalised output and (m, l) to the workspace, fences, and counts
+ * itself done on its (row, kv head, head chunk) counter; the CTA that counts last merges the splits of its heads,
  * out = Σ o_s 2^(m_s - M) / Σ l_s 2^(m_s - M), and puts the counter back to
  * 0 for the next launch (no second kernel).
  *
