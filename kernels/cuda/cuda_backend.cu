@@ -59,6 +59,8 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cudaFree(cu->fault));
 	CU_WARN(cudaFree(cu->rows_dev));
 	CU_WARN(cudaFree(cu->ids_dev));
+	CU_WARN(cudaFree(cu->sample_part));
+	CU_WARN(cudaFree(cu->sample_count));
 	CU_WARN(cudaFreeHost(cu->fault_host));
 	CU_WARN(cudaFreeHost(cu->rows_host));
 	CU_WARN(cudaFreeHost(cu->ids_host));
@@ -169,6 +171,11 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 	STEP(cudaMallocHost((void **)&cu->ids_host, ids_bytes));
 	STEP(cudaMalloc((void **)&cu->rows_dev, rows_bytes));
 	STEP(cudaMalloc((void **)&cu->ids_dev, ids_bytes));
+	STEP(cudaMalloc((void **)&cu->sample_part,
+			(size_t)cu->sample_cap * CUDA_SAMPLE_MAX_CHUNKS * sizeof(*cu->sample_part)));
+	STEP(cudaMalloc((void **)&cu->sample_count, (size_t)cu->sample_cap * sizeof(unsigned)));
+	STEP(cudaMemsetAsync(cu->sample_count, 0, (size_t)cu->sample_cap * sizeof(unsigned),
+			     cu->stream));
 	STEP(cuda_transfer_open(cu));
 #undef STEP
 	*what = "matmul workspace";

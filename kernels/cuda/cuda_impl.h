@@ -63,6 +63,11 @@ enum cuda_fault {
  * and a larger T*k takes longer chunks. */
 #define CUDA_MOE_CHUNK 256
 
+/* Blocks of sample's max pass a row takes at most (cuda_sample.cu): the
+ * size of a row's chunk maxima in cu->sample_part; the row's last block
+ * reads them with one warp, two a lane. */
+#define CUDA_SAMPLE_MAX_CHUNKS 64
+
 /* Copies of the swap tier in flight at once (cuda_transfer.cu): one event each. */
 #define CUDA_COPY_RING 1024
 
@@ -98,6 +103,8 @@ struct cuda_backend {
 	struct kt_sample_row *rows_host, *rows_dev; /* [sample_cap] pinned, device */
 	int32_t *ids_host, *ids_dev;                /* [sample_cap] pinned, device */
 	int sample_cap;             /* rows per sampling launch (more run in chunks) */
+	uint64_t *sample_part;      /* device [sample_cap, CUDA_SAMPLE_MAX_CHUNKS]: a row's chunk maxima */
+	unsigned *sample_count;     /* device [sample_cap]: a row's chunks done, 0 at rest */
 	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
 	int n_graphs, next_evict;
 	/* Attention (cuda_attention.cu), made by cuda_attention_open: the

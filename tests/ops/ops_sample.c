@@ -516,7 +516,7 @@ static const struct op_family sample_fault = { NULL, sample_fault_run, sample_fa
 	{ name, "sample", &sample_fault, &(const struct sample_fault_params){ f } }
 
 static const struct op_case cases[] = {
-	EDGES(1), EDGES(7), EDGES(300), EDGES(1000), EDGES(151936),
+	EDGES(1), EDGES(7), EDGES(300), EDGES(1000), EDGES(40001), EDGES(151936),
 	SAMPLE("sample greedy: lowest id of tied maxima, NaN as -inf", .kind = SAMPLE_GREEDY_TIES,
 	       .V = 300),
 	SAMPLE("sample top_k 1 and tiny top_p are greedy V=1000", .kind = SAMPLE_TOPK1,
