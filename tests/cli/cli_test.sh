@@ -92,6 +92,12 @@ case_usage() {
 	expect_error 2 bench extra
 	expect_error 2 bench --shape 8b
 	expect_error 2 bench --dummy-weights --context x
+	expect_error 2 bench --temperature warm
+	expect_error 2 bench --temperature 101
+	expect_error 2 bench --temperature 0.7 --top-p 0
+	expect_error 2 bench --top-p 0.9
+	expect_error 2 bench --top-k 40
+	expect_error 2 bench --temperature 0.7 --top-k -1
 	expect_error 2 config --defaults -o threads=1
 	expect_error 2 config -o threads=many
 	expect_error 2 config extra
@@ -145,6 +151,14 @@ case_bench() {
 	grep -qE '^prefill +1 +512 +512 ' "$tmp/out" && grep -qE '^decode +8 +32 ' "$tmp/out" &&
 		grep -qE '^decode +1 +1024 ' "$tmp/out" && [ "$rows" = 7 ] ||
 		fail "bench: not the cpu's default rows: $(cat "$tmp/out")"
+	# Sampled decode rows: the settings are printed and the rows are there.
+	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \
+		--prompt-tokens 16 --batch 1,3 --context 0 --gen-tokens 6 --temperature 0.7 \
+		--top-p 0.9 --top-k 40
+	grep -q '^sampling   decode rows at temperature 0.7, top_p 0.9, top_k 40' "$tmp/out" ||
+		fail "bench --temperature: no sampling line: $(cat "$tmp/out")"
+	grep -qE '^decode +3 +32 ' "$tmp/out" ||
+		fail "bench --temperature: no decode row of batch 3: $(cat "$tmp/out")"
 	expect_error 1 bench --dummy-weights --shape 9b $quiet
 	grep -q "no shape called 'qwen3-9b' (known: qwen3-0.6b" "$tmp/err" ||
 		fail "bench: unknown shape message: $(cat "$tmp/err")"

@@ -25,8 +25,9 @@ static const char usage[] =
 	"usage: atlas bench [OPTIONS]\n"
 	"\n"
 	"Measure prefill throughput (a prompt of N token ids, max_tokens 1: N over the\n"
-	"time to its first token) and decode throughput (B sessions at once, greedy,\n"
-	"ignore_eos: each first prefills its context, then all generate together; tokens\n"
+	"time to its first token) and decode throughput (B sessions at once, greedy\n"
+	"unless --temperature, ignore_eos: each first prefills its context, then all\n"
+	"generate together; tokens\n"
 	"generated over the time from the step where every one has its first token to\n"
 	"the end of the last). Decode runs at a short context (32) and at --context.\n"
 	"Decode rows also give the bytes read per token and the share of the bound\n"
@@ -74,6 +75,12 @@ static const char usage[] =
 	"                      repeatable; runs only these rows\n"
 	"  --spec MODE         speculative decoding of the prefill and decode rows'\n"
 	"                      sessions: off (default), auto, ngram or draft\n"
+	"  --temperature X     the decode rows' sessions sample at temperature X, each\n"
+	"                      with its own seed (default 0: greedy)\n"
+	"  --top-p X           with --temperature: their top_p, in (0, 1] (default 1: off)\n"
+	"  --top-k N           with --temperature: their top_k (default 0: off). A new\n"
+	"                      session of the mount samples with the config's\n"
+	"                      temperature, top_p and top_k (atlas config)\n"
 	"  --csv               print CSV instead of a table\n"
 	"  --csv-out FILE      write CSV to FILE as well as the table\n"
 	"  -h, --help          show this help\n";
@@ -82,6 +89,7 @@ enum {
 	OPT_PROMPT_TOKENS = OPT_FIRST_OWN, OPT_GEN_TOKENS, OPT_BATCH, OPT_CSV, OPT_DUMMY, OPT_ARCH,
 	OPT_SHAPE, OPT_CONTEXT, OPT_CONTEXT_BATCH, OPT_CSV_OUT, OPT_RESUME, OPT_VERIFY,
 	OPT_VERIFY_BATCH, OPT_VERIFY_CONTEXT, OPT_SPEC_PROMPT, OPT_SPEC, OPT_PREFILL_RUNS,
+	OPT_TEMPERATURE, OPT_TOP_P, OPT_TOP_K,
 };
 
 static const struct option options[] = {
@@ -103,6 +111,9 @@ static const struct option options[] = {
 	{ "verify-context", required_argument, NULL, OPT_VERIFY_CONTEXT },
 	{ "spec-prompt", required_argument, NULL, OPT_SPEC_PROMPT },
 	{ "spec", required_argument, NULL, OPT_SPEC },
+	{ "temperature", required_argument, NULL, OPT_TEMPERATURE },
+	{ "top-p", required_argument, NULL, OPT_TOP_P },
+	{ "top-k", required_argument, NULL, OPT_TOP_K },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -120,6 +131,8 @@ struct bench {
 	int n_spec_prompts;                  /* --spec-prompt files */
 	const char *spec_prompts[MAX_POINTS];
 	enum atlas_spec spec;                /* --spec of the decode rows' sessions */
+	float temperature, top_p;            /* --temperature, --top-p of their sampling */
+	int top_k;                           /* --top-k */
 	int long_context;              /* -1 until given or set by the backend's defaults */
 	int gen_tokens;                /* 0 until given or set by the backend's defaults */
 	int prefill_runs;              /* 0 until given or set by the backend's defaults */
@@ -159,6 +172,20 @@ static int parse_list(const char *cmd, const char *opt, const char *text, int lo
 	*n = (int)count;
 	free(ids);
 	return status;
+}
+
+/* *out = optarg, a number in [lo, hi] (above lo when lo_open). */
+static int parse_float(const char *cmd, const char *opt, const char *arg, float lo, float hi,
+		       bool lo_open, float *out)
+{
+	char *end;
+	errno = 0;
+	const float v = strtof(arg, &end);
+	if (errno || end == arg || *end || !(v >= lo && v <= hi) || (lo_open && v == lo))
+		return cli_usage(cmd, "%s: '%s' is not a number in %s%g, %g]", opt, arg,
+				 lo_open ? "(" : "[", lo, hi);
+	*out = v;
+	return 0;
 }
 
 static int parse_args(int argc, char **argv, struct bench *b, bool *help)
@@ -236,6 +263,18 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 			if (!status && n != 1)
 				status = cli_usage(argv[0], "--verify-context: give one value");
 			break;
+		case OPT_TEMPERATURE:
+			status = parse_float(argv[0], "--temperature", optarg, 0.0f, 100.0f, false,
+					     &b->temperature);
+			break;
+		case OPT_TOP_P:
+			status = parse_float(argv[0], "--top-p", optarg, 0.0f, 1.0f, true, &b->top_p);
+			break;
+		case OPT_TOP_K:
+			status = parse_list(argv[0], "--top-k", optarg, 0, 1 << 30, &b->top_k, &n);
+			if (!status && n != 1)
+				status = cli_usage(argv[0], "--top-k: give one value");
+			break;
 		case OPT_SPEC:
 			if (atlas_spec_parse(optarg, &b->spec))
 				status = cli_usage(argv[0], "--spec: '%s' is not off, auto, ngram or draft",
@@ -264,8 +303,9 @@ static int32_t next_id(struct bench *b)
 	return (int32_t)(b->rng % (uint64_t)b->vocab);
 }
 
-/* Open n sessions, greedy and raw, generating past end-of-sequence tokens,
- * with --spec (off by default: the decode rows are plain decoding's). */
+/* Open n sessions, raw, generating past end-of-sequence tokens, greedy or
+ * with --temperature and --top-p (a seed each), with --spec (off by
+ * default: the decode rows are plain decoding's). */
 static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 {
 	char err[ATLAS_ERRLEN], name[32];
@@ -275,7 +315,10 @@ static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 			return cli_fail(b->cmd, "%s", err);
 		struct atlas_params p;
 		atlas_session_get_params(s[i], &p);
-		p.temperature = 0;
+		p.temperature = b->temperature;
+		p.top_p = b->top_p;
+		p.top_k = b->top_k;
+		p.seed = (uint64_t)b->sessions_opened;
 		p.mode = ATLAS_MODE_RAW;
 		p.ignore_eos = true;
 		p.n_stop = 0;
@@ -586,6 +629,9 @@ static int run(struct bench *b)
 	 * is not reported. */
 	snprintf(b->row, sizeof b->row, "warming up");
 	int status = decode(b, 1, SHORT_CONTEXT, &r);
+	if (!status && b->table && b->temperature > 0)
+		fprintf(b->table, "sampling   decode rows at temperature %g, top_p %g, top_k %d, a "
+			"seed a session\n", b->temperature, b->top_p, b->top_k);
 	if (!status)
 		bench_print_header(b->e, &b->bound, b->table, b->csv_file);
 	for (int i = 0; !status && i < b->n_resumes; i++) {
@@ -711,11 +757,13 @@ int cmd_bench(int argc, char **argv)
 	struct bench *b = calloc(1, sizeof *b);
 	if (!b)
 		return cli_fail(argv[0], "out of memory");
-	*b = (struct bench){ .cmd = argv[0], .long_context = -1,
+	*b = (struct bench){ .cmd = argv[0], .long_context = -1, .top_p = 1.0f,
 			     .n_verify_batches = 2, .verify_batches = { 1, 32 },
 			     .verify_context = 512, .progress = isatty(STDERR_FILENO) };
 	bool help = false;
 	int status = parse_args(argc, argv, b, &help);
+	if (!status && !help && (b->top_p < 1.0f || b->top_k) && b->temperature == 0)
+		status = cli_usage(argv[0], "--top-p and --top-k go with --temperature");
 	if (!status && help)
 		fputs(usage, stdout);
 	else if (!status)
