@@ -28,16 +28,16 @@
  * only where u lands within rounding of a boundary. V is limited to
  * SAMPLE_MAX_V so that sums fit in 64 bits.
  *
- * Launch: a row's largest logit (the greedy pick, and l_max of the
- * weights) comes from up to CUDA_SAMPLE_MAX_CHUNKS blocks of SAMPLE_THREADS,
- * each taking a chunk of at least SAMPLE_CHUNK_MIN logits: one block
- * reading a row of Qwen3's 151,936 alone took 40 us, 3 % of a Qwen3-0.6B
- * decode step at batch 1 (H100, docs/perf.md). Each block leaves its
- * chunk's (key, id) maximum in cu->sample_part and counts itself in
- * cu->sample_count; the row's last block takes the maximum of the maxima
- * (exact in any order: the pick one block alone made) and goes on alone:
- * it writes the greedy id, or samples the row as follows, and sets the
- * count back to 0. In a histogram pass the lanes
+ * Launch: a launch of greedy rows (greedy_kernel) reads a row with up to
+ * CUDA_SAMPLE_MAX_CHUNKS blocks of SAMPLE_THREADS, each taking a chunk of
+ * at least SAMPLE_CHUNK_MIN logits: one block reading a row of Qwen3's
+ * 151,936 alone took 40 us, 3 % of a Qwen3-0.6B decode step at batch 1
+ * (H100, docs/perf.md). Each block leaves its chunk's (key, id) maximum in
+ * cu->sample_part and counts itself in cu->sample_count; the row's last
+ * block takes the maximum of the maxima (exact in any order: the pick one
+ * block alone makes), writes it and sets the count back to 0. A launch
+ * with a sampling row (sample_kernel) takes one block a row, which finds
+ * l_max and samples the row as follows. In a histogram pass the lanes
  * of a warp that hit the same bucket are grouped (__match_any_sync) and their
  * masses summed by __reduce_add_sync (low 24 and high 16 bits apart); the
  * group's leader adds the sum to its warp's private histogram (no atomics:
@@ -360,70 +360,79 @@ __device__ int32_t sample_row(sample_shared &sh, const row_ctx &r, const kt_samp
 	return s.id;
 }
 
-/* Row blockIdx.y's pick; block blockIdx.x takes logits [x·chunk, (x+1)·chunk)
- * of the max pass (chunk a multiple of 4). part [rows, CUDA_SAMPLE_MAX_CHUNKS]
- * and count [rows] are cu->sample_part and cu->sample_count. */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-	sample_kernel(const float *logits, int64_t V, int64_t chunk, const kt_sample_row *rows,
-		      int32_t *ids, uint64_t *part, unsigned *count)
+/* The largest (key, ~id) of r's logits, ids counted from lo: the
+ * largest key, the lowest id among equals, as one 64-bit value. red: 32
+ * values of shared memory for block_reduce. */
+__device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint64_t *red)
 {
-	__shared__ sample_shared sh;
-	__shared__ bool last;
-	const int row = blockIdx.y;
-	const kt_sample_row q = rows[row];
-	const float *l = logits + row * V;
-	const int64_t lo = blockIdx.x * chunk, n = V - lo < chunk ? V - lo : chunk;
-	const row_ctx c = { l + lo, n, n % 4 == 0 && (uintptr_t)(l + lo) % 16 == 0, 0.0f, 0.0f };
 	uint64_t best = 0;
-	int32_t id;
 
-	/* Largest key, lowest id among equals: (key, ~id) as one 64-bit value. */
-	for_each_logit(c, [&](int64_t i, float li, bool ok) {
+	for_each_logit(r, [&](int64_t i, float li, bool ok) {
 		const uint64_t v = (uint64_t)rank_key(li) << 32 | (0xffffffffu - (uint32_t)(lo + i));
 
 		best = ok && v > best ? v : best;
 	});
-	best = block_reduce(best, op_max(), (uint64_t)0, sh.u64);
-	if (gridDim.x > 1) {
-		uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
+	return block_reduce(best, op_max(), (uint64_t)0, red);
+}
 
-		if (threadIdx.x == 0) {
-			rp[blockIdx.x] = best;
-			__threadfence();
-			last = atomicAdd(&count[row], 1u) == gridDim.x - 1;
-		}
-		__syncthreads();
-		if (!last)
-			return;
-		static_assert(CUDA_SAMPLE_MAX_CHUNKS <= 64, "a warp reads a row's maxima, two a lane");
-		if (threadIdx.x < 32) {
-			const int k = threadIdx.x;
-			uint64_t a, b;
+/* Row blockIdx.x's pick, one block a row. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+	sample_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids)
+{
+	__shared__ sample_shared sh;
+	const kt_sample_row q = rows[blockIdx.x];
+	const float *l = logits + blockIdx.x * V;
+	row_ctx r = { l, V, V % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, q.temperature };
+	const uint64_t best = row_best(r, 0, sh.u64);
+	int32_t id;
 
-			__threadfence();
-			a = k < (int)gridDim.x ? __ldcg(rp + k) : 0;
-			b = k + 32 < (int)gridDim.x ? __ldcg(rp + k + 32) : 0;
-			best = warp_reduce(a > b ? a : b, op_max());
-			if (k == 0) {
-				sh.u64[0] = best;
-				count[row] = 0;
-			}
-		}
-		__syncthreads();
-		best = sh.u64[0];
-		__syncthreads();
-	}
 	if (q.temperature == 0.0f) {
 		if (threadIdx.x == 0)
-			ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
+			ids[blockIdx.x] = (int32_t)(0xffffffffu - (uint32_t)best);
 		return;
 	}
-	const row_ctx r = { l, V, V % 4 == 0 && (uintptr_t)l % 16 == 0,
-			    key_logit((uint32_t)(best >> 32)), q.temperature };
-
+	r.lmax = key_logit((uint32_t)(best >> 32));
 	id = sample_row(sh, r, q);
 	if (threadIdx.x == 0)
-		ids[row] = id;
+		ids[blockIdx.x] = id;
+}
+
+/* Greedy row blockIdx.y's pick: block blockIdx.x takes logits [x·chunk,
+ * (x+1)·chunk) (chunk a multiple of 4). part [rows, CUDA_SAMPLE_MAX_CHUNKS]
+ * and count [rows] are cu->sample_part and cu->sample_count. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+	greedy_kernel(const float *logits, int64_t V, int64_t chunk, int32_t *ids, uint64_t *part,
+		      unsigned *count)
+{
+	__shared__ uint64_t red[32];
+	__shared__ bool last;
+	const int row = blockIdx.y;
+	const float *l = logits + row * V + blockIdx.x * chunk;
+	const int64_t lo = blockIdx.x * chunk, n = V - lo < chunk ? V - lo : chunk;
+	const row_ctx c = { l, n, n % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, 0.0f };
+	uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
+	uint64_t best = row_best(c, lo, red);
+
+	if (threadIdx.x == 0) {
+		rp[blockIdx.x] = best;
+		__threadfence();
+		last = atomicAdd(&count[row], 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	static_assert(CUDA_SAMPLE_MAX_CHUNKS <= 64, "a warp reads a row's maxima, two a lane");
+	if (!last || threadIdx.x >= 32)
+		return;
+	const int k = threadIdx.x;
+	uint64_t a, b;
+
+	__threadfence();
+	a = k < (int)gridDim.x ? __ldcg(rp + k) : 0;
+	b = k + 32 < (int)gridDim.x ? __ldcg(rp + k + 32) : 0;
+	best = warp_reduce(a > b ? a : b, op_max());
+	if (k == 0) {
+		ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
+		count[row] = 0;
+	}
 }
 
 static bool row_ok(const struct kt_sample_row *s)
@@ -444,25 +453,36 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	V = logits->cols;
 	if (V < 1 || V > SAMPLE_MAX_V)
 		return -EINVAL;
-	for (int i = 0; i < n; i++)
-		if (!row_ok(&rows[i]))
-			return -EINVAL;
-	/* the fewest chunks of at least SAMPLE_CHUNK_MIN, at most CUDA_SAMPLE_MAX_CHUNKS */
+	/* greedy rows: the fewest chunks of at least SAMPLE_CHUNK_MIN, at most
+	 * CUDA_SAMPLE_MAX_CHUNKS; with a sampling row, one block a row */
 	const int64_t per = (V + CUDA_SAMPLE_MAX_CHUNKS - 1) / CUDA_SAMPLE_MAX_CHUNKS;
 	const int64_t chunk = per > SAMPLE_CHUNK_MIN ? (per + 3) / 4 * 4 : SAMPLE_CHUNK_MIN;
 	const unsigned chunks = (unsigned)((V + chunk - 1) / chunk);
 	const int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
+	bool greedy = true;
 
+	for (int i = 0; i < n; i++) {
+		if (!row_ok(&rows[i]))
+			return -EINVAL;
+		greedy = greedy && rows[i].temperature == 0.0f;
+	}
 	CU_CHECK(cu_enter(cu));
 	for (int r0 = 0; r0 < n && !rc; r0 += cap) {
 		const int m = n - r0 < cap ? n - r0 : cap;
 
-		memcpy(cu->rows_host, rows + r0, (size_t)m * sizeof(*rows));
-		CU_CHECK(cudaMemcpyAsync(cu->rows_dev, cu->rows_host, (size_t)m * sizeof(*rows),
-					 cudaMemcpyHostToDevice, cu->stream));
-		sample_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-			(const float *)logits->data + (int64_t)r0 * V, V, chunk, cu->rows_dev,
-			cu->ids_dev, cu->sample_part, cu->sample_count);
+		if (greedy) {
+			greedy_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
+				(const float *)logits->data + (int64_t)r0 * V, V, chunk, cu->ids_dev,
+				cu->sample_part, cu->sample_count);
+		} else {
+			memcpy(cu->rows_host, rows + r0, (size_t)m * sizeof(*rows));
+			CU_CHECK(cudaMemcpyAsync(cu->rows_dev, cu->rows_host,
+						 (size_t)m * sizeof(*rows), cudaMemcpyHostToDevice,
+						 cu->stream));
+			sample_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, cu->stream>>>(
+				(const float *)logits->data + (int64_t)r0 * V, V, cu->rows_dev,
+				cu->ids_dev);
+		}
 		CU_LAUNCHED();
 		CU_CHECK(cudaMemcpyAsync(cu->ids_host, cu->ids_dev, (size_t)m * sizeof(*ids),
 					 cudaMemcpyDeviceToHost, cu->stream));

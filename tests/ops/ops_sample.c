@@ -58,8 +58,9 @@ struct sample_in {
 };
 
 struct sample_out {
-	int rc, rc_again;
+	int rc, rc_again, rc_greedy;
 	int32_t *ids, *again;
+	int32_t *greedy;   /* edge rows: the greedy rows again, in a launch of their own */
 };
 
 /* The oracle: a row in rank order and the running masses of that order. */
@@ -207,6 +208,9 @@ static void separated_row(struct op_run *r, float *l, int V, int n_top, float st
 
 /* Six rows of edge cases: random, the max at three ids, NaNs before the
  * max, all equal, -inf but one, all NaN. */
+/* The edge rows' cases: 6 rows (edge_rows), greedy, then the same 6 with top_k 1. */
+#define EDGE_GREEDY_ROWS 6
+
 static void edge_rows(struct op_run *r, float *l, int V)
 {
 	op_fill(r, l, (size_t)6 * V, 10.0f);
@@ -293,12 +297,13 @@ static void *sample_build(struct op_run *r, const void *params, const struct op_
 			break;
 		case SAMPLE_GREEDY_EDGES:
 			/* greedy ignores top_p, top_k and u, whatever they say */
-			*s = i < 6 ? (struct kt_sample_row){ .top_p = i % 2 ? 0.01f : 0.0f,
-							     .top_k = i % 2 ? 3 : 0,
-							     .u = i % 2 ? 0.9f : 0.0f }
-				   : (struct kt_sample_row){ .temperature = 0.7f, .top_p = 0.5f,
-							     .top_k = 1,
-							     .u = (float)op_uniform(r, 0.0, 0.99) };
+			*s = i < EDGE_GREEDY_ROWS
+				     ? (struct kt_sample_row){ .top_p = i % 2 ? 0.01f : 0.0f,
+							       .top_k = i % 2 ? 3 : 0,
+							       .u = i % 2 ? 0.9f : 0.0f }
+				     : (struct kt_sample_row){ .temperature = 0.7f, .top_p = 0.5f,
+							       .top_k = 1,
+							       .u = (float)op_uniform(r, 0.0, 0.99) };
 			break;
 		case SAMPLE_GREEDY_TIES:
 			gauss_row(r, l, V, 1.0f, 0.0f);
@@ -355,6 +360,7 @@ static void *sample_build(struct op_run *r, const void *params, const struct op_
 static void *sample_run(struct op_run *r, const void *params, const void *input,
 			const struct op_backend *b)
 {
+	const struct sample_params *p = params;
 	const struct sample_in *in = input;
 	struct sample_out *o = op_alloc(r, sizeof(*o));
 	struct kt_tensor l = op_tensor(r, b, KT_F32, in->n, in->V, in->logits);
@@ -363,6 +369,14 @@ static void *sample_run(struct op_run *r, const void *params, const void *input,
 	o->again = op_ints(r, (size_t)in->n);
 	o->rc = kt_sample(b->be, &l, in->rows, in->n, o->ids);
 	o->rc_again = kt_sample(b->be, &l, in->rows, in->n, o->again);
+	if (p->kind == SAMPLE_GREEDY_EDGES) {
+		/* rows 0..5 are greedy: alone, a launch that may split each row
+		 * over several blocks (cuda) */
+		const struct kt_tensor g = kt_rows(l, 0, EDGE_GREEDY_ROWS);
+
+		o->greedy = op_ints(r, EDGE_GREEDY_ROWS);
+		o->rc_greedy = kt_sample(b->be, &g, in->rows, EDGE_GREEDY_ROWS, o->greedy);
+	}
 	return o;
 }
 
@@ -406,6 +420,11 @@ static void sample_check(struct op_run *r, const void *params, const void *input
 	op_check_rc(r, g->rc, 0, "sample runs");
 	op_check_rc(r, g->rc_again, 0, "sample runs again");
 	op_check_ints(r, g->again, g->ids, (size_t)in->n, "the same ids the second time");
+	if (p->kind == SAMPLE_GREEDY_EDGES) {
+		op_check_rc(r, g->rc_greedy, 0, "sample runs the greedy rows alone");
+		op_check_ints(r, g->greedy, g->ids, EDGE_GREEDY_ROWS,
+			      "the greedy rows alone as beside the sampled ones");
+	}
 	if (p->kind == SAMPLE_DISTRIBUTION) {
 		check_distribution(r, p, in, g->ids);
 		return;
