@@ -25,7 +25,8 @@
 #        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
 #        second round shows the drift of the machine). CSVs
 #        ab-SHAPE-SIDE-ROUND.csv, packed into $OUT/ab-bench.tgz (the device
-#        tool returns only a few files of a call). With AB_LAST_EXTRA (options such as
+#        tool returns only a few files of a call; tools/ab-medians.py prints
+#        their medians side against side). With AB_LAST_EXTRA (options such as
 #        "-o cuda_pdl=false"), the last side runs once more with them in
 #        each round, as side "Nx" (a change that a key turns off, measured
 #        on and off in one build).

@@ -16,7 +16,10 @@
  *   - pdl_launch_dependents() comes after pdl_wait(): the next kernel's
  *     blocks may then be placed as soon as every block of this one has
  *     passed it, which keeps at most two kernels on the multiprocessors, the
- *     running one and the next one waiting.
+ *     running one and the next one waiting. Called first, it let a kernel be
+ *     placed before the one two behind it had finished, and pdl_wait()
+ *     promises only its predecessor's writes: tokens changed on an H100
+ *     (test_engine, docs/perf.md).
  *
  * tests/ops/check_pdl.py (test pdl-contract) checks in the sources that
  * every kernel cu_launch starts calls both, itself or through a device
