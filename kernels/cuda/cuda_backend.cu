@@ -61,6 +61,7 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cudaFree(cu->ids_dev));
 	CU_WARN(cudaFree(cu->sample_part));
 	CU_WARN(cudaFree(cu->sample_count));
+	CU_WARN(cudaFree(cu->sample_cand));
 	CU_WARN(cudaFreeHost(cu->fault_host));
 	CU_WARN(cudaFreeHost(cu->rows_host));
 	CU_WARN(cudaFreeHost(cu->ids_host));
@@ -174,6 +175,9 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 	STEP(cudaMalloc((void **)&cu->sample_part,
 			(size_t)cu->sample_cap * CUDA_SAMPLE_MAX_CHUNKS * sizeof(*cu->sample_part)));
 	STEP(cudaMalloc((void **)&cu->sample_count, (size_t)cu->sample_cap * sizeof(unsigned)));
+	STEP(cudaMalloc((void **)&cu->sample_cand, (size_t)CUDA_SAMPLE_TOPK_ROWS *
+							   CUDA_SAMPLE_TOPK_CAND *
+							   sizeof(*cu->sample_cand)));
 	STEP(cudaMemsetAsync(cu->sample_count, 0, (size_t)cu->sample_cap * sizeof(unsigned),
 			     cu->stream));
 	STEP(cuda_transfer_open(cu));

@@ -68,6 +68,12 @@ enum cuda_fault {
  * reads them with one warp, two a lane. */
 #define CUDA_SAMPLE_MAX_CHUNKS 64
 
+/* sample's rows of a small top_k (cuda_sample.cu's topk_kernel): the
+ * candidates a row keeps, and the rows a launch takes (cu->sample_cand
+ * holds that many rows of candidates, 32 KB each). */
+#define CUDA_SAMPLE_TOPK_CAND 4096
+#define CUDA_SAMPLE_TOPK_ROWS 128
+
 /* Copies of the swap tier in flight at once (cuda_transfer.cu): one event each. */
 #define CUDA_COPY_RING 1024
 
@@ -105,6 +111,8 @@ struct cuda_backend {
 	int sample_cap;             /* rows per sampling launch (more run in chunks) */
 	uint64_t *sample_part;      /* device [sample_cap, CUDA_SAMPLE_MAX_CHUNKS]: a row's chunk maxima */
 	unsigned *sample_count;     /* device [sample_cap]: a row's chunks done, 0 at rest */
+	uint64_t *sample_cand;      /* device [CUDA_SAMPLE_TOPK_ROWS, CUDA_SAMPLE_TOPK_CAND]:
+				     * a row's candidates, rank-ordered keys */
 	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
 	int n_graphs, next_evict;
 	/* Attention (cuda_attention.cu), made by cuda_attention_open: the

@@ -28,60 +28,25 @@
  * only where u lands within rounding of a boundary. V is limited to
  * SAMPLE_MAX_V so that sums fit in 64 bits.
  *
- * Launch: a launch of greedy rows (greedy_kernel) reads a row with up to
- * CUDA_SAMPLE_MAX_CHUNKS blocks of SAMPLE_THREADS, each taking a chunk of
- * at least SAMPLE_CHUNK_MIN logits: one block reading a row of Qwen3's
- * 151,936 alone took 40 us, 3 % of a Qwen3-0.6B decode step at batch 1
- * (H100, docs/perf.md). Each block leaves its chunk's (key, id) maximum in
- * cu->sample_part and counts itself in cu->sample_count; the row's last
- * block takes the maximum of the maxima (exact in any order: the pick one
- * block alone makes), writes it and sets the count back to 0. A launch
- * with a sampling row (sample_kernel) takes one block a row, which finds
- * l_max and samples the row as follows. In a histogram pass the lanes
- * of a warp that hit the same bucket are grouped (__match_any_sync) and their
- * masses summed by __reduce_add_sync (low 24 and high 16 bits apart); the
- * group's leader adds the sum to its warp's private histogram (no atomics:
- * 64-bit shared-memory atomics are compare-and-swap loops) and the count to
- * the shared one; the warps' histograms are summed after the pass. The
- * per-row requests go up and the ids come back through pinned buffers sized
- * at open (cu->sample_cap rows per launch).
+ * Launch: a launch of greedy rows, or of rows greedy or of a small top_k
+ * (the sessions' default), takes cuda_sample_fast.cu's kernels, many blocks
+ * a row. Any other (top_k off, or large) takes sample_kernel, one block of
+ * SAMPLE_THREADS a row, which finds l_max and samples the row as above. In
+ * a histogram pass the lanes of a warp that hit the same bucket are grouped
+ * (__match_any_sync) and their masses summed by __reduce_add_sync (low 24
+ * and high 16 bits apart); the group's leader adds the sum to its warp's
+ * private histogram (no atomics: 64-bit shared-memory atomics are
+ * compare-and-swap loops) and the count to the shared one; the warps'
+ * histograms are summed after the pass. The per-row requests go up and the
+ * ids come back through pinned buffers sized at open (cu->sample_cap rows
+ * per launch).
  */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_impl.h"
-#include "kernels/cuda/cuda_reduce.cuh"
-
-#define SAMPLE_THREADS 512
-#define SAMPLE_WARPS (SAMPLE_THREADS / 32)
-/* Logits a block of the max pass reads at least: 4 loads of 16 bytes a
- * thread; a row of 151,936 takes 38 blocks. */
-#define SAMPLE_CHUNK_MIN (16 * SAMPLE_THREADS)
-
-/* Fixed-point unit of mass: a weight w in [0, 1] counts round(w * 2^40). */
-#define MASS_ONE 1099511627776.0
-#define SAMPLE_MAX_V (1 << 23)
-
-/* A key that orders like the logit (larger key: earlier in rank order), with
- * NaN as -inf and -0 as +0. */
-__device__ __forceinline__ uint32_t rank_key(float l)
-{
-	uint32_t b;
-
-	if (isnan(l))
-		l = -INFINITY;
-	if (l == 0.0f)
-		l = 0.0f;
-	b = __float_as_uint(l);
-	return b & 0x80000000u ? ~b : b | 0x80000000u;
-}
-
-__device__ __forceinline__ float key_logit(uint32_t k)
-{
-	return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
-}
+#include "kernels/cuda/cuda_sample.cuh"
 
 /* A prefix of rank order: all tokens when !bounded, else every token with
  * key > x and the first c (by id) with key == x. */
@@ -112,56 +77,6 @@ struct sample_shared {
 	uint64_t acc;        /* running measure (count or mass) above the bucket */
 	int32_t id;
 };
-
-/* One row's constants. */
-struct row_ctx {
-	const float *l;
-	int64_t V;
-	bool vec4;           /* l 16-byte aligned and V % 4 == 0 */
-	float lmax, temperature;
-};
-
-/* Call f(i, logit, valid) for every i in [0, V), every lane the same number
- * of times (valid false past the end, so f may hold warp collectives),
- * reading 16 bytes per thread and step when the row allows. */
-template <typename F> __device__ __forceinline__ void for_each_logit(const row_ctx &r, F f)
-{
-	if (r.vec4) {
-		const float4 *l4 = (const float4 *)r.l;
-		const int64_t n4 = r.V / 4;
-
-		for (int64_t base = 0; base < n4; base += blockDim.x) {
-			const int64_t j = base + threadIdx.x;
-			const bool ok = j < n4;
-			const float4 v = ok ? __ldg(l4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-
-			f(4 * j, v.x, ok);
-			f(4 * j + 1, v.y, ok);
-			f(4 * j + 2, v.z, ok);
-			f(4 * j + 3, v.w, ok);
-		}
-	} else {
-		for (int64_t base = 0; base < r.V; base += blockDim.x) {
-			const int64_t i = base + threadIdx.x;
-			const bool ok = i < r.V;
-
-			f(i, ok ? __ldg(r.l + i) : 0.0f, ok);
-		}
-	}
-}
-
-/* The fixed-point mass of a token with this logit (at most 2^40). */
-__device__ __forceinline__ uint64_t mass_of(const row_ctx &r, float logit)
-{
-	const float w = logit == r.lmax ? 1.0f : expf((logit - r.lmax) / r.temperature);
-
-	return __double2ull_rn((double)w * MASS_ONE);
-}
-
-__device__ __forceinline__ bool meets(double v, double bound, bool strict)
-{
-	return strict ? v > bound : v >= bound;
-}
 
 /* Add one token (when `in`) of mass m to bucket `digit` (the count only,
  * when by_count). Called by all lanes. */
@@ -360,21 +275,6 @@ __device__ int32_t sample_row(sample_shared &sh, const row_ctx &r, const kt_samp
 	return s.id;
 }
 
-/* The largest (key, ~id) of r's logits, ids counted from lo: the
- * largest key, the lowest id among equals, as one 64-bit value. red: 32
- * values of shared memory for block_reduce. */
-__device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint64_t *red)
-{
-	uint64_t best = 0;
-
-	for_each_logit(r, [&](int64_t i, float li, bool ok) {
-		const uint64_t v = (uint64_t)rank_key(li) << 32 | (0xffffffffu - (uint32_t)(lo + i));
-
-		best = ok && v > best ? v : best;
-	});
-	return block_reduce(best, op_max(), (uint64_t)0, red);
-}
-
 /* Row blockIdx.x's pick, one block a row. */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 	sample_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids)
@@ -397,44 +297,6 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 		ids[blockIdx.x] = id;
 }
 
-/* Greedy row blockIdx.y's pick: block blockIdx.x takes logits [x·chunk,
- * (x+1)·chunk) (chunk a multiple of 4). part [rows, CUDA_SAMPLE_MAX_CHUNKS]
- * and count [rows] are cu->sample_part and cu->sample_count. */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-	greedy_kernel(const float *logits, int64_t V, int64_t chunk, int32_t *ids, uint64_t *part,
-		      unsigned *count)
-{
-	__shared__ uint64_t red[32];
-	__shared__ bool last;
-	const int row = blockIdx.y;
-	const float *l = logits + row * V + blockIdx.x * chunk;
-	const int64_t lo = blockIdx.x * chunk, n = V - lo < chunk ? V - lo : chunk;
-	const row_ctx c = { l, n, n % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, 0.0f };
-	uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
-	uint64_t best = row_best(c, lo, red);
-
-	if (threadIdx.x == 0) {
-		rp[blockIdx.x] = best;
-		__threadfence();
-		last = atomicAdd(&count[row], 1u) == gridDim.x - 1;
-	}
-	__syncthreads();
-	static_assert(CUDA_SAMPLE_MAX_CHUNKS <= 64, "a warp reads a row's maxima, two a lane");
-	if (!last || threadIdx.x >= 32)
-		return;
-	const int k = threadIdx.x;
-	uint64_t a, b;
-
-	__threadfence();
-	a = k < (int)gridDim.x ? __ldcg(rp + k) : 0;
-	b = k + 32 < (int)gridDim.x ? __ldcg(rp + k + 32) : 0;
-	best = warp_reduce(a > b ? a : b, op_max());
-	if (k == 0) {
-		ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
-		count[row] = 0;
-	}
-}
-
 static bool row_ok(const struct kt_sample_row *s)
 {
 	return isfinite(s->temperature) && s->temperature >= 0.0f && s->top_p >= 0.0f &&
@@ -453,36 +315,35 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	V = logits->cols;
 	if (V < 1 || V > SAMPLE_MAX_V)
 		return -EINVAL;
-	/* greedy rows: the fewest chunks of at least SAMPLE_CHUNK_MIN, at most
-	 * CUDA_SAMPLE_MAX_CHUNKS; with a sampling row, one block a row */
-	const int64_t per = (V + CUDA_SAMPLE_MAX_CHUNKS - 1) / CUDA_SAMPLE_MAX_CHUNKS;
-	const int64_t chunk = per > SAMPLE_CHUNK_MIN ? (per + 3) / 4 * 4 : SAMPLE_CHUNK_MIN;
-	const unsigned chunks = (unsigned)((V + chunk - 1) / chunk);
-	const int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
-	bool greedy = true;
+	bool greedy = true, topk;
+	int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
 
 	for (int i = 0; i < n; i++) {
 		if (!row_ok(&rows[i]))
 			return -EINVAL;
 		greedy = greedy && rows[i].temperature == 0.0f;
 	}
+	topk = !greedy && cuda_sample_topk_takes(rows, n, V);
+	if (topk && cap > CUDA_SAMPLE_TOPK_ROWS)
+		cap = CUDA_SAMPLE_TOPK_ROWS;
 	CU_CHECK(cu_enter(cu));
 	for (int r0 = 0; r0 < n && !rc; r0 += cap) {
 		const int m = n - r0 < cap ? n - r0 : cap;
+		const float *l = (const float *)logits->data + (int64_t)r0 * V;
 
-		if (greedy) {
-			greedy_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-				(const float *)logits->data + (int64_t)r0 * V, V, chunk, cu->ids_dev,
-				cu->sample_part, cu->sample_count);
-		} else {
+		if (!greedy) {
 			memcpy(cu->rows_host, rows + r0, (size_t)m * sizeof(*rows));
 			CU_CHECK(cudaMemcpyAsync(cu->rows_dev, cu->rows_host,
 						 (size_t)m * sizeof(*rows), cudaMemcpyHostToDevice,
 						 cu->stream));
-			sample_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, cu->stream>>>(
-				(const float *)logits->data + (int64_t)r0 * V, V, cu->rows_dev,
-				cu->ids_dev);
 		}
+		if (greedy)
+			cuda_sample_greedy_launch(cu, l, V, m);
+		else if (topk)
+			cuda_sample_topk_launch(cu, l, V, m);
+		else
+			sample_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, cu->stream>>>(
+				l, V, cu->rows_dev, cu->ids_dev);
 		CU_LAUNCHED();
 		CU_CHECK(cudaMemcpyAsync(cu->ids_host, cu->ids_dev, (size_t)m * sizeof(*ids),
 					 cudaMemcpyDeviceToHost, cu->stream));

@@ -44,7 +44,7 @@ struct sample_params {
 	float spread, quant; /* sweep rows: gaussian spread, rounding step (ties) */
 	int max_undecided;   /* sweep: most rows in ten too close to call (0: 1), and one */
 	float temperature;   /* constructed, distribution */
-	int top_k;           /* constructed */
+	int top_k;           /* constructed; sweep: every row's (0: each its own) */
 	bool top_p;          /* constructed: choose a top_p too */
 	int ties;            /* constructed: logits from this many values (0: separated) */
 };
@@ -285,6 +285,8 @@ static void *sample_build(struct op_run *r, const void *params, const struct op_
 		case SAMPLE_SWEEP:
 			gauss_row(r, l, V, p->spread, p->quant);
 			*s = sweep_settings(r, i);
+			if (p->top_k)
+				s->top_k = p->top_k;
 			break;
 		case SAMPLE_CONSTRUCTED:
 			if (p->ties)
@@ -549,6 +551,13 @@ static const struct op_case cases[] = {
 	SWEEP("sample sweep V=12000 flat", 12000, 12, 0.0f, 0.0f, .max_undecided = 5),
 	SWEEP("sample sweep V=9000 quantized (long tie runs)", 9000, 16, 0.3f, 0.25f),
 	SWEEP("sample sweep V=151936", 151936, 4, 3.0f, 0.0f),
+	/* every row of a top_k of at most a few hundred: cuda's candidates */
+	SWEEP("sample sweep V=151936 top_k 40", 151936, 24, 3.0f, 0.0f, .top_k = 40),
+	SWEEP("sample sweep V=151936 top_k 107 quantized (ties)", 151936, 24, 2.0f, 0.25f,
+	      .top_k = 107),
+	SWEEP("sample sweep V=5000 top_k 256", 5000, 40, 1.5f, 0.0f, .top_k = 256),
+	SWEEP("sample sweep V=9000 top_k 3 quantized (long tie runs)", 9000, 40, 0.3f, 0.25f,
+	      .top_k = 3),
 	SAMPLE("sample flat rows: exact boundaries", .kind = SAMPLE_FLAT, .V = 4),
 	SAMPLE("sample distribution over u, T=0.25", .kind = SAMPLE_DISTRIBUTION, .V = 4,
 	       .rows = 4000, .temperature = 0.25f),

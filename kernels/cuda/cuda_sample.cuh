@@ -1,0 +1,115 @@
+/* What the sampling kernels share (cuda_sample.cu: one block a row, the
+ * radix selection; cuda_sample_fast.cu: greedy rows and rows of a small
+ * top_k over many blocks a row): the rank key of a logit, the fixed-point
+ * mass of a token, a row's largest key. cuda_sample.cu's top comment gives
+ * the definitions.
+ */
+#ifndef ATLAS_KERNELS_CUDA_SAMPLE_CUH
+#define ATLAS_KERNELS_CUDA_SAMPLE_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_reduce.cuh"
+
+#define SAMPLE_THREADS 512
+#define SAMPLE_WARPS (SAMPLE_THREADS / 32)
+
+/* Fixed-point unit of mass: a weight w in [0, 1] counts round(w * 2^40). */
+#define MASS_ONE 1099511627776.0
+#define SAMPLE_MAX_V (1 << 23)
+
+/* A key that orders like the logit (larger key: earlier in rank order), with
+ * NaN as -inf and -0 as +0. */
+__device__ __forceinline__ uint32_t rank_key(float l)
+{
+	uint32_t b;
+
+	if (isnan(l))
+		l = -INFINITY;
+	if (l == 0.0f)
+		l = 0.0f;
+	b = __float_as_uint(l);
+	return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+__device__ __forceinline__ float key_logit(uint32_t k)
+{
+	return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+
+/* One row's constants. */
+struct row_ctx {
+	const float *l;
+	int64_t V;
+	bool vec4;           /* l 16-byte aligned and V % 4 == 0 */
+	float lmax, temperature;
+};
+
+/* Call f(i, logit, valid) for every i in [0, V), every lane the same number
+ * of times (valid false past the end, so f may hold warp collectives),
+ * reading 16 bytes per thread and step when the row allows. */
+template <typename F> __device__ __forceinline__ void for_each_logit(const row_ctx &r, F f)
+{
+	if (r.vec4) {
+		const float4 *l4 = (const float4 *)r.l;
+		const int64_t n4 = r.V / 4;
+
+		for (int64_t base = 0; base < n4; base += blockDim.x) {
+			const int64_t j = base + threadIdx.x;
+			const bool ok = j < n4;
+			const float4 v = ok ? __ldg(l4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+			f(4 * j, v.x, ok);
+			f(4 * j + 1, v.y, ok);
+			f(4 * j + 2, v.z, ok);
+			f(4 * j + 3, v.w, ok);
+		}
+	} else {
+		for (int64_t base = 0; base < r.V; base += blockDim.x) {
+			const int64_t i = base + threadIdx.x;
+			const bool ok = i < r.V;
+
+			f(i, ok ? __ldg(r.l + i) : 0.0f, ok);
+		}
+	}
+}
+
+/* The fixed-point mass of a token with this logit (at most 2^40). */
+__device__ __forceinline__ uint64_t mass_of(const row_ctx &r, float logit)
+{
+	const float w = logit == r.lmax ? 1.0f : expf((logit - r.lmax) / r.temperature);
+
+	return __double2ull_rn((double)w * MASS_ONE);
+}
+
+__device__ __forceinline__ bool meets(double v, double bound, bool strict)
+{
+	return strict ? v > bound : v >= bound;
+}
+
+/* The largest (key, ~id) of r's logits, ids counted from lo: the
+ * largest key, the lowest id among equals, as one 64-bit value. red: 32
+ * values of shared memory for block_reduce. */
+__device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint64_t *red)
+{
+	uint64_t best = 0;
+
+	for_each_logit(r, [&](int64_t i, float li, bool ok) {
+		const uint64_t v = (uint64_t)rank_key(li) << 32 | (0xffffffffu - (uint32_t)(lo + i));
+
+		best = ok && v > best ? v : best;
+	});
+	return block_reduce(best, op_max(), (uint64_t)0, red);
+}
+
+/* cuda_sample_fast.cu: whether rows [0, n) take topk_kernel (each greedy,
+ * or of a top_k of at most TOPK_MAX_K whose chunks' candidates fit), and
+ * the launches of m rows of logits l [m, V] (ids to cu->ids_dev; topk's
+ * requests in cu->rows_dev, at most CUDA_SAMPLE_TOPK_ROWS rows). */
+bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V);
+void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);
+void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);
+
+#endif

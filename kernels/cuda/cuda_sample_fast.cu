@@ -1,0 +1,221 @@
+/* Sampling's fast launches (cuda_sample.cu dispatches; the definitions of
+ * rank order, masses and the sets are at its top), many blocks a row.
+ *
+ * Greedy rows (greedy_kernel): a row is read by up to
+ * CUDA_SAMPLE_MAX_CHUNKS blocks of SAMPLE_THREADS, each taking a chunk of
+ * at least SAMPLE_CHUNK_MIN logits: one block reading a row of Qwen3's
+ * 151,936 alone took 40 us, 3 % of a Qwen3-0.6B decode step at batch 1
+ * (H100, docs/perf.md). Each block leaves its chunk's (key, ~id) maximum in
+ * cu->sample_part and counts itself in cu->sample_count; the row's last
+ * block takes the maximum of the maxima (exact in any order: the pick one
+ * block alone makes), writes it and sets the count back to 0.
+ *
+ * Rows greedy or of a top_k of at most TOPK_MAX_K (topk_kernel; the
+ * sessions' default top_k is 40): a block a chunk of TOPK_CHUNK logits sorts
+ * its (key, ~id) values in shared memory and leaves its top_k first in
+ * cu->sample_cand, which hold the row's top_k first among them; the row's
+ * last block sorts those and draws from them in one thread (topk_pick:
+ * sample_row's sets and bounds over a list of at most TOPK_MAX_K). The
+ * one-block radix selection took 9 to 13 passes over the row, 40-50 us
+ * each: about 0.6 ms a step at any batch (docs/perf.md).
+ */
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_sample.cuh"
+
+/* Logits a block of the max pass reads at least: 4 loads of 16 bytes a
+ * thread; a row of 151,936 takes 19 blocks. */
+#define SAMPLE_CHUNK_MIN (16 * SAMPLE_THREADS)
+
+/* topk_kernel: logits a block sorts, the candidates a row's last block
+ * sorts, the largest top_k it takes (topk_pick's sums stay exact in a
+ * double), and the rows a launch takes (cu->sample_cand holds that many
+ * rows of TOPK_CAND). */
+#define TOPK_CHUNK 4096
+#define TOPK_CAND CUDA_SAMPLE_TOPK_CAND
+#define TOPK_MAX_K 256
+
+
+/* Greedy row blockIdx.y's pick: block blockIdx.x takes logits [x·chunk,
+ * (x+1)·chunk) (chunk a multiple of 4). part [rows, CUDA_SAMPLE_MAX_CHUNKS]
+ * and count [rows] are cu->sample_part and cu->sample_count. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+	greedy_kernel(const float *logits, int64_t V, int64_t chunk, int32_t *ids, uint64_t *part,
+		      unsigned *count)
+{
+	__shared__ uint64_t red[32];
+	__shared__ bool last;
+	const int row = blockIdx.y;
+	const float *l = logits + row * V + blockIdx.x * chunk;
+	const int64_t lo = blockIdx.x * chunk, n = V - lo < chunk ? V - lo : chunk;
+	const row_ctx c = { l, n, n % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, 0.0f };
+	uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
+	uint64_t best = row_best(c, lo, red);
+
+	if (threadIdx.x == 0) {
+		rp[blockIdx.x] = best;
+		__threadfence();
+		last = atomicAdd(&count[row], 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	static_assert(CUDA_SAMPLE_MAX_CHUNKS <= 64, "a warp reads a row's maxima, two a lane");
+	if (!last || threadIdx.x >= 32)
+		return;
+	const int k = threadIdx.x;
+	uint64_t a, b;
+
+	__threadfence();
+	a = k < (int)gridDim.x ? __ldcg(rp + k) : 0;
+	b = k + 32 < (int)gridDim.x ? __ldcg(rp + k + 32) : 0;
+	best = warp_reduce(a > b ? a : b, op_max());
+	if (k == 0) {
+		ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
+		count[row] = 0;
+	}
+}
+
+/* v[0, n) sorted into descending order by the block (n a power of 2). */
+__device__ void sort_desc(uint64_t *v, int n)
+{
+	for (int k = 2; k <= n; k <<= 1)
+		for (int j = k >> 1; j > 0; j >>= 1) {
+			for (int i = threadIdx.x; i < n; i += blockDim.x) {
+				const int o = i ^ j;
+
+				if (o > i) {
+					const uint64_t a = v[i], b = v[o];
+
+					if ((i & k) == 0 ? a < b : a > b) {
+						v[i] = b;
+						v[o] = a;
+					}
+				}
+			}
+			__syncthreads();
+		}
+}
+
+/* sample_row's pick for a row of q whose k first tokens of rank order are
+ * c[0, k) ((key, ~id), rank order; k = q.top_k < V, or 1 for a greedy row),
+ * as one thread: the same sets and bounds, with the running masses summed
+ * token by token. A tie group that a radix level splits gets the same
+ * position here: every sum of k <= TOPK_MAX_K masses of at most 2^40 is
+ * exact in a double, so sample_row's comparisons and tie_position's give
+ * what this one's exact ones give. */
+__device__ int32_t topk_pick(const uint64_t *c, int k, const kt_sample_row &q)
+{
+	const row_ctx r = { NULL, 0, false, key_logit((uint32_t)(c[0] >> 32)), q.temperature };
+	auto id_of = [&](int i) { return (int32_t)(0xffffffffu - (uint32_t)c[i]); };
+	auto mass = [&](int i) { return mass_of(r, key_logit((uint32_t)(c[i] >> 32))); };
+	uint64_t total = 0, run = 0;
+	double bound;
+	int n = k;
+
+	if (q.temperature == 0.0f)
+		return id_of(0);
+	for (int i = 0; i < k; i++)
+		total += mass(i);
+	if (q.top_p < 1.0f) {
+		bound = (double)q.top_p * (double)total;
+		for (int i = 0; i < k; i++) {
+			run += mass(i);
+			if (meets((double)run, bound, false)) {
+				n = i + 1;
+				total = run;
+				break;
+			}
+		}
+	}
+	bound = (double)q.u * (double)total;
+	run = 0;
+	for (int i = 0; i < n; i++) {
+		run += mass(i);
+		if (meets((double)run, bound, true))
+			return id_of(i);
+	}
+	return id_of(n - 1);
+}
+
+/* Row blockIdx.y of a launch whose rows are greedy or have a top_k of at
+ * most TOPK_MAX_K: block blockIdx.x sorts logits [x·TOPK_CHUNK,
+ * (x+1)·TOPK_CHUNK) by rank and leaves its k first in cand (row r's
+ * [x·k, (x+1)·k) of cand + r·TOPK_CAND, k·gridDim.x <= TOPK_CAND); the
+ * row's last block sorts those and picks from the k first. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+	topk_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids,
+		    uint64_t *cand, unsigned *count)
+{
+	__shared__ uint64_t v[TOPK_CAND];
+	__shared__ bool last;
+	const int row = blockIdx.y;
+	const kt_sample_row q = rows[row];
+	const int k = q.temperature > 0.0f ? q.top_k : 1;
+	const int64_t lo = (int64_t)blockIdx.x * TOPK_CHUNK;
+	const float *l = logits + row * V;
+	uint64_t *rc = cand + (int64_t)row * TOPK_CAND;
+
+	static_assert(TOPK_CHUNK <= TOPK_CAND, "a chunk sorts in the row's buffer");
+	for (int i = threadIdx.x; i < TOPK_CHUNK; i += blockDim.x)
+		v[i] = lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
+					    (0xffffffffu - (uint32_t)(lo + i))
+				  : 0;
+	__syncthreads();
+	sort_desc(v, TOPK_CHUNK);
+	for (int i = threadIdx.x; i < k; i += blockDim.x)
+		rc[blockIdx.x * k + i] = v[i];
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		last = atomicAdd(&count[row], 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	const int n = k * (int)gridDim.x;
+	int p = 1;
+
+	while (p < n)
+		p <<= 1;
+	__threadfence();
+	for (int i = threadIdx.x; i < p; i += blockDim.x)
+		v[i] = i < n ? __ldcg(rc + i) : 0;
+	__syncthreads();
+	sort_desc(v, p);
+	if (threadIdx.x == 0) {
+		ids[row] = topk_pick(v, k, q);
+		count[row] = 0;
+	}
+}
+
+bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V)
+{
+	const int64_t chunks = (V + TOPK_CHUNK - 1) / TOPK_CHUNK;
+
+	for (int i = 0; i < n; i++) {
+		const struct kt_sample_row *q = &rows[i];
+
+		if (q->temperature != 0.0f &&
+		    !(q->top_k >= 1 && q->top_k <= TOPK_MAX_K && q->top_k < V &&
+		      q->top_k * chunks <= TOPK_CAND))
+			return false;
+	}
+	return true;
+}
+
+void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)
+{
+	/* the fewest chunks of at least SAMPLE_CHUNK_MIN, at most CUDA_SAMPLE_MAX_CHUNKS */
+	const int64_t per = (V + CUDA_SAMPLE_MAX_CHUNKS - 1) / CUDA_SAMPLE_MAX_CHUNKS;
+	const int64_t chunk = per > SAMPLE_CHUNK_MIN ? (per + 3) / 4 * 4 : SAMPLE_CHUNK_MIN;
+	const unsigned chunks = (unsigned)((V + chunk - 1) / chunk);
+
+	greedy_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
+		l, V, chunk, cu->ids_dev, cu->sample_part, cu->sample_count);
+}
+
+void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)
+{
+	const unsigned chunks = (unsigned)((V + TOPK_CHUNK - 1) / TOPK_CHUNK);
+
+	topk_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
+		l, V, cu->rows_dev, cu->ids_dev, cu->sample_cand, cu->sample_count);
+}
