@@ -16,6 +16,11 @@
  * tie runs across chunk edges), top_k around 4096, more rows than
  * max_tokens (cuda samples in launches of that many), NaN, -inf and all-NaN
  * rows, and u on a fine grid reproducing softmax(l / T).
+ *
+ * A backend may pick its kernel by the launch's rows (cuda: greedy rows,
+ * rows of a top_k of at most 256, others), so two cases sample rows again
+ * in another launch and want the same ids exactly: the greedy edge rows
+ * alone, and the rows of a sweep of one top_k beside a row of top_k 0.
  */
 #include <errno.h>
 #include <math.h>
@@ -61,6 +66,8 @@ struct sample_out {
 	int rc, rc_again, rc_greedy;
 	int32_t *ids, *again;
 	int32_t *greedy;   /* edge rows: the greedy rows again, in a launch of their own */
+	int rc_mixed;
+	int32_t *mixed;    /* sweeps of one top_k: the rows again beside a row of top_k 0 */
 };
 
 /* The oracle: a row in rank order and the running masses of that order. */
@@ -379,6 +386,24 @@ static void *sample_run(struct op_run *r, const void *params, const void *input,
 		o->greedy = op_ints(r, EDGE_GREEDY_ROWS);
 		o->rc_greedy = kt_sample(b->be, &g, in->rows, EDGE_GREEDY_ROWS, o->greedy);
 	}
+	if (p->kind == SAMPLE_SWEEP && p->top_k) {
+		/* the same rows and one more of top_k 0 (row 0's logits): a launch
+		 * that takes another kernel on cuda (one block a row, the radix
+		 * levels) must pick the same ids */
+		const size_t nv = (size_t)in->n * in->V;
+		float *host = op_floats(r, nv + (size_t)in->V);
+		struct kt_sample_row *rows = op_alloc(r, (size_t)(in->n + 1) * sizeof(*rows));
+
+		memcpy(host, in->logits, nv * sizeof(float));
+		memcpy(host + nv, in->logits, (size_t)in->V * sizeof(float));
+		memcpy(rows, in->rows, (size_t)in->n * sizeof(*rows));
+		rows[in->n] = (struct kt_sample_row){ .temperature = 1.0f, .top_p = 1.0f, .u = 0.5f };
+
+		struct kt_tensor lm = op_tensor(r, b, KT_F32, in->n + 1, in->V, host);
+
+		o->mixed = op_ints(r, (size_t)in->n + 1);
+		o->rc_mixed = kt_sample(b->be, &lm, rows, in->n + 1, o->mixed);
+	}
 	return o;
 }
 
@@ -422,6 +447,11 @@ static void sample_check(struct op_run *r, const void *params, const void *input
 	op_check_rc(r, g->rc, 0, "sample runs");
 	op_check_rc(r, g->rc_again, 0, "sample runs again");
 	op_check_ints(r, g->again, g->ids, (size_t)in->n, "the same ids the second time");
+	if (p->kind == SAMPLE_SWEEP && p->top_k) {
+		op_check_rc(r, g->rc_mixed, 0, "sample runs the rows beside a row of top_k 0");
+		op_check_ints(r, g->mixed, g->ids, (size_t)in->n,
+			      "the same ids beside a row of top_k 0");
+	}
 	if (p->kind == SAMPLE_GREEDY_EDGES) {
 		op_check_rc(r, g->rc_greedy, 0, "sample runs the greedy rows alone");
 		op_check_ints(r, g->greedy, g->ids, EDGE_GREEDY_ROWS,
