@@ -77,7 +77,7 @@ static const char usage[] =
 	"                      sessions: off (default), auto, ngram or draft\n"
 	"  --temperature X     the decode rows' sessions sample at temperature X, each\n"
 	"                      with its own seed (default 0: greedy)\n"
-	"  --top-p X           with --temperature: their top_p, in (0, 1] (default 1: off)\n"
+	"  --top-p X           with --temperature: their top_p (default 1: off)\n"
 	"  --top-k N           with --temperature: their top_k (default 0: off). A new\n"
 	"                      session of the mount samples with the config's\n"
 	"                      temperature, top_p and top_k (atlas config)\n"
@@ -131,8 +131,8 @@ struct bench {
 	int n_spec_prompts;                  /* --spec-prompt files */
 	const char *spec_prompts[MAX_POINTS];
 	enum atlas_spec spec;                /* --spec of the decode rows' sessions */
-	float temperature, top_p;            /* --temperature, --top-p of their sampling */
-	int top_k;                           /* --top-k */
+	struct atlas_params sampling;        /* --temperature, --top-p, --top-k of their
+					      * sampling (only those fields) */
 	int long_context;              /* -1 until given or set by the backend's defaults */
 	int gen_tokens;                /* 0 until given or set by the backend's defaults */
 	int prefill_runs;              /* 0 until given or set by the backend's defaults */
@@ -174,17 +174,16 @@ static int parse_list(const char *cmd, const char *opt, const char *text, int lo
 	return status;
 }
 
-/* *out = optarg, a number in [lo, hi] (above lo when lo_open). */
-static int parse_float(const char *cmd, const char *opt, const char *arg, float lo, float hi,
-		       bool lo_open, float *out)
+/* One sampling setting of the decode rows, in the session's syntax
+ * (atlas_params_parse); its range is the session's to check. */
+static int parse_setting(const char *cmd, const char *key, const char *arg,
+			 struct atlas_params *p)
 {
-	char *end;
-	errno = 0;
-	const float v = strtof(arg, &end);
-	if (errno || end == arg || *end || !(v >= lo && v <= hi) || (lo_open && v == lo))
-		return cli_usage(cmd, "%s: '%s' is not a number in %s%g, %g]", opt, arg,
-				 lo_open ? "(" : "[", lo, hi);
-	*out = v;
+	char err[ATLAS_ERRLEN];
+	bool stop_seen = false;
+
+	if (atlas_params_parse(p, key, arg, &stop_seen, err, sizeof err))
+		return cli_usage(cmd, "%s", err);
 	return 0;
 }
 
@@ -264,16 +263,13 @@ static int parse_args(int argc, char **argv, struct bench *b, bool *help)
 				status = cli_usage(argv[0], "--verify-context: give one value");
 			break;
 		case OPT_TEMPERATURE:
-			status = parse_float(argv[0], "--temperature", optarg, 0.0f, 100.0f, false,
-					     &b->temperature);
+			status = parse_setting(argv[0], "temperature", optarg, &b->sampling);
 			break;
 		case OPT_TOP_P:
-			status = parse_float(argv[0], "--top-p", optarg, 0.0f, 1.0f, true, &b->top_p);
+			status = parse_setting(argv[0], "top_p", optarg, &b->sampling);
 			break;
 		case OPT_TOP_K:
-			status = parse_list(argv[0], "--top-k", optarg, 0, 1 << 30, &b->top_k, &n);
-			if (!status && n != 1)
-				status = cli_usage(argv[0], "--top-k: give one value");
+			status = parse_setting(argv[0], "top_k", optarg, &b->sampling);
 			break;
 		case OPT_SPEC:
 			if (atlas_spec_parse(optarg, &b->spec))
@@ -315,9 +311,9 @@ static int open_sessions(struct bench *b, struct atlas_session **s, int n)
 			return cli_fail(b->cmd, "%s", err);
 		struct atlas_params p;
 		atlas_session_get_params(s[i], &p);
-		p.temperature = b->temperature;
-		p.top_p = b->top_p;
-		p.top_k = b->top_k;
+		p.temperature = b->sampling.temperature;
+		p.top_p = b->sampling.top_p;
+		p.top_k = b->sampling.top_k;
 		p.seed = (uint64_t)b->sessions_opened;
 		p.mode = ATLAS_MODE_RAW;
 		p.ignore_eos = true;
@@ -629,9 +625,10 @@ static int run(struct bench *b)
 	 * is not reported. */
 	snprintf(b->row, sizeof b->row, "warming up");
 	int status = decode(b, 1, SHORT_CONTEXT, &r);
-	if (!status && b->table && b->temperature > 0)
+	if (!status && b->table && b->sampling.temperature > 0)
 		fprintf(b->table, "sampling   decode rows at temperature %g, top_p %g, top_k %d, a "
-			"seed a session\n", b->temperature, b->top_p, b->top_k);
+			"seed a session\n", b->sampling.temperature, b->sampling.top_p,
+			b->sampling.top_k);
 	if (!status)
 		bench_print_header(b->e, &b->bound, b->table, b->csv_file);
 	for (int i = 0; !status && i < b->n_resumes; i++) {
@@ -757,12 +754,13 @@ int cmd_bench(int argc, char **argv)
 	struct bench *b = calloc(1, sizeof *b);
 	if (!b)
 		return cli_fail(argv[0], "out of memory");
-	*b = (struct bench){ .cmd = argv[0], .long_context = -1, .top_p = 1.0f,
+	*b = (struct bench){ .cmd = argv[0], .long_context = -1, .sampling.top_p = 1.0f,
 			     .n_verify_batches = 2, .verify_batches = { 1, 32 },
 			     .verify_context = 512, .progress = isatty(STDERR_FILENO) };
 	bool help = false;
 	int status = parse_args(argc, argv, b, &help);
-	if (!status && !help && (b->top_p < 1.0f || b->top_k) && b->temperature == 0)
+	if (!status && !help && (b->sampling.top_p != 1.0f || b->sampling.top_k) &&
+	    b->sampling.temperature == 0)
 		status = cli_usage(argv[0], "--top-p and --top-k go with --temperature");
 	if (!status && help)
 		fputs(usage, stdout);
