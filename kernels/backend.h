@@ -551,6 +551,18 @@ struct kt_ops {
 	int (*matmul_swiglu)(struct kt_backend *be, const struct kt_tensor *act,
 			     const struct kt_tensor *gu, const struct kt_tensor *x,
 			     const struct kt_tensor *w);
+	/* rmsnorm (the same arguments and results) for an out that only the
+	 * product right after it reads: the next op is a matmul, matmul_n or
+	 * matmul_swiglu with x = out (all of its rows), and out is not read
+	 * again. A backend may then leave out unwritten and compute the norm
+	 * inside that product (cuda: in the GEMV's blocks at one row), whose
+	 * results are the bits of rmsnorm then the product; x (+= residual) is
+	 * as rmsnorm leaves it once the product has run. Any other next op
+	 * finds out written, as rmsnorm writes it. NULL: kt_rmsnorm_product
+	 * runs rmsnorm. */
+	int (*rmsnorm_product)(struct kt_backend *be, const struct kt_tensor *out,
+			       const struct kt_tensor *x, const struct kt_tensor *residual,
+			       const struct kt_tensor *w, float eps);
 };
 
 /* The most products of one matmul_n. */
@@ -604,6 +616,14 @@ static inline int kt_rmsnorm(struct kt_backend *be, const struct kt_tensor *out,
 			     const struct kt_tensor *x, const struct kt_tensor *residual,
 			     const struct kt_tensor *w, float eps)
 { return KT_OP(rmsnorm, out, x, residual, w, eps); }
+static inline int kt_rmsnorm_product(struct kt_backend *be, const struct kt_tensor *out,
+				     const struct kt_tensor *x, const struct kt_tensor *residual,
+				     const struct kt_tensor *w, float eps)
+{
+	if (be->ops->rmsnorm_product)
+		return KT_OP(rmsnorm_product, out, x, residual, w, eps);
+	return KT_OP(rmsnorm, out, x, residual, w, eps);
+}
 static inline int kt_matmul(struct kt_backend *be, const struct kt_tensor *y,
 			    const struct kt_tensor *x, const struct kt_tensor *w,
 			    const struct kt_tensor *bias) { return KT_OP(matmul, y, x, w, bias); }

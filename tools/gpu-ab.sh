@@ -15,8 +15,8 @@
 #        patches reversed, in $AB_DIR/0; the working tree's own build-gpu
 #        is the last side).
 # same:  whether the changes keep every result: on each model of AB_MODELS
-#        (tests/fidelity/models), the logits of a prompt of 8 tokens (the
-#        GEMV path) and of 40 (cuBLAS), and 32 greedy tokens, compared bit
+#        (tests/fidelity/models), the logits of a prompt of 1 token (the
+#        one-row paths), 8 (the GEMV) and 40 (cuBLAS), and 32 greedy tokens, compared bit
 #        for bit between side 0 and the last side on cuda; then the op cases
 #        on cuda (test_ops), the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) and the engine's
@@ -87,13 +87,14 @@ build)
 	ls -l "$dir"/*/build-gpu/tools/atlas build-gpu/tools/atlas
 	;;
 same)
+	one=5
 	short=1,2,3,4,5,6,7,8
 	long=$(seq -s, 11 50)
 	for m in $models; do
 		d=tests/fidelity/models/$m
 		for side in 0 "$n"; do
 			b=$(side_dir "$side")/build-gpu
-			for seq in short long; do
+			for seq in one short long; do
 				eval ids=\$$seq
 				$b/tools/atlas logits --model $d --tokens "$ids" -o backend=cuda \
 					-o log_level=warn --out "$out/logits-$m-$seq-$side.f32" ||
@@ -103,7 +104,7 @@ same)
 				--tokens 5,6,7 --ids -o backend=cuda -o log_level=warn \
 				>"$out/greedy-$m-$side.txt" 2>&1 || failed=$((failed + 1))
 		done
-		for f in logits-$m-short.f32 logits-$m-long.f32 greedy-$m.txt; do
+		for f in logits-$m-one.f32 logits-$m-short.f32 logits-$m-long.f32 greedy-$m.txt; do
 			a=$out/${f%.*}-0.${f##*.}
 			b=$out/${f%.*}-$n.${f##*.}
 			cmp -s "$a" "$b" && echo "$f: equal" ||

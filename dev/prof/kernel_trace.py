@@ -6,8 +6,9 @@
 (A trace of runtime calls alone, KERNEL_TRACE_HOST_ONLY=1, gets their
 durations and the host's time between a step's sync and the next launch.)
 
-A step ends with the engine's sampling: the sample_kernel launch and the
-device-to-host copy of its tokens after it. Steps are grouped by how many
+A step ends with the engine's sampling: the launch of a sampling kernel
+(sample_kernel, greedy_kernel or topk_kernel) and the device-to-host copy
+of its tokens after it. Steps are grouped by how many
 kernels they ran (a batch-64 decode step and a prefill chunk differ), and
 the largest group is broken down unless --group picks another count:
 
@@ -34,6 +35,9 @@ import sys
 
 DTOH = 2  # CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
 
+
+# The kernels that end a step (kernels/cuda/cuda_sample*.cu).
+SAMPLING_KERNELS = ("sample_kernel", "greedy_kernel", "topk_kernel")
 
 def demangle(names):
     try:
@@ -84,7 +88,7 @@ def split_steps(gpu):
             steps.append(cur)
             cur, state = [], "run"
         cur.append(rec)
-        if rec[2] == "k" and "sample_kernel" in rec[3]:
+        if rec[2] == "k" and any(k in rec[3] for k in SAMPLING_KERNELS):
             state = "sampled"
         elif state == "sampled" and dtoh:
             state = "done"
@@ -141,7 +145,7 @@ def main():
         return host_only(api)
     steps = split_steps(gpu)
     if not steps:
-        sys.exit("no step found (no sample_kernel followed by a device-to-host copy)")
+        sys.exit("no step found (no sampling kernel followed by a device-to-host copy)")
     groups = collections.defaultdict(list)
     for i, st in enumerate(steps):
         groups[sum(r[2] == "k" for r in st)].append(i)

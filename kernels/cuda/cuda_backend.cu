@@ -42,7 +42,7 @@ static void cuda_close(struct kt_backend *be)
 {
 	struct cuda_backend *cu = cu_of(be);
 
-	CU_WARN(cu_enter(cu));
+	CU_WARN(cu_device(cu));
 	if (cu->stream)
 		CU_WARN(cudaStreamSynchronize(cu->stream));
 	cuda_comm_close(cu);
@@ -62,6 +62,7 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cudaFree(cu->sample_part));
 	CU_WARN(cudaFree(cu->sample_count));
 	CU_WARN(cudaFree(cu->sample_cand));
+	CU_WARN(cudaFree(cu->norm_count));
 	CU_WARN(cudaFreeHost(cu->fault_host));
 	CU_WARN(cudaFreeHost(cu->rows_host));
 	CU_WARN(cudaFreeHost(cu->ids_host));
@@ -115,6 +116,7 @@ static const struct kt_ops cuda_ops = {
 	cuda_matmul_n,
 	cuda_rope_store,
 	cuda_matmul_swiglu,
+	cuda_rmsnorm_product,
 };
 
 static int check_config(const struct kt_config *c, char *err, size_t errlen)
@@ -180,6 +182,8 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 							   sizeof(*cu->sample_cand)));
 	STEP(cudaMemsetAsync(cu->sample_count, 0, (size_t)cu->sample_cap * sizeof(unsigned),
 			     cu->stream));
+	STEP(cudaMalloc((void **)&cu->norm_count, sizeof(*cu->norm_count)));
+	STEP(cudaMemsetAsync(cu->norm_count, 0, sizeof(*cu->norm_count), cu->stream));
 	STEP(cuda_transfer_open(cu));
 #undef STEP
 	*what = "matmul workspace";

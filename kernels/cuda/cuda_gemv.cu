@@ -38,13 +38,62 @@
  * so that a row's gate and up land in one block, and writes silu(gate) · up
  * instead of both: the same per-output arithmetic, then swiglu's.
  *
+ * A product whose x is the out of a pending rmsnorm_product (one row)
+ * takes that norm (cuda_gemv_norm.cuh) when it has at most
+ * GEMV_NORM_MAX_BLOCKS blocks: its blocks norm the row themselves, and the
+ * rmsnorm launch is gone. The entry points below therefore expect
+ * only cu_device() of their callers, and call cu_enter() themselves when
+ * they do not take it.
+ *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
+#include <type_traits>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_gemv.h"
 #include "kernels/cuda/cuda_gemv_kernel.cuh"
 #include "kernels/cuda/cuda_gemv_tile.cuh"
 #include "kernels/cuda/cuda_impl.h"
+
+/* Dynamic shared memory of a launch: the normed row's, when it norms it. */
+template <typename XT>
+static size_t gemv_dyn_smem(int K)
+{
+	return is_gemv_xs<XT>::value ? (size_t)K * sizeof(__nv_bfloat16) : 0;
+}
+
+/* f(x) with x a null const gemv_xs<NV> *, NV the fewest vectors a thread
+ * that hold a row of K (at most GEMV_NORM_MAX_K): the launch of a normed row. */
+template <typename F>
+static auto with_norm_row(int K, F f)
+{
+	static_assert(5 * 4 * CUDA_THREADS >= GEMV_NORM_MAX_K, "5 vectors a thread hold a row");
+	if (K <= 1 * 4 * CUDA_THREADS)
+		return f((const gemv_xs<1> *)NULL);
+	if (K <= 2 * 4 * CUDA_THREADS)
+		return f((const gemv_xs<2> *)NULL);
+	if (K <= 4 * 4 * CUDA_THREADS)
+		return f((const gemv_xs<4> *)NULL);
+	return f((const gemv_xs<5> *)NULL);
+}
+
+/* Blocks of a launch of these parts at NT. */
+template <typename B>
+static int64_t gemv_blocks(const gemv_parts<B> &parts, int NT)
+{
+	int64_t blocks = 0;
+
+	for (int i = 0; i < parts.n; i++)
+		blocks += (parts.N[i] + 8 * NT - 1) / (8 * NT);
+	return blocks;
+}
+
+/* The most blocks of a launch that takes a pending norm: each block norms
+ * the row again before its products, and the blocks past those the GPU
+ * holds at once do it on the launch's critical path. Qwen3-8B's q/k/v (768
+ * blocks) take it, +1 % at batch 1 on an H100; its gate/up product (3,072)
+ * measured 1 % slower with the norm than after rmsnorm (docs/perf.md). */
+#define GEMV_NORM_MAX_BLOCKS 1024
 
 template <int NT, int TT, typename XT, typename B>
 static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
@@ -55,8 +104,8 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
 		parts.blocks[i] = (parts.N[i] + 8 * NT - 1) / (8 * NT);
 		blocks += (unsigned)parts.blocks[i];
 	}
-	cu_launch(cu->pdl, gemv_kernel<NT, TT, XT, B>, blocks, GEMV_WARPS * 32, 0, cu->stream,
-		  parts, x, T, K);
+	cu_launch(cu->pdl, gemv_kernel<NT, TT, XT, B>, blocks, GEMV_WARPS * 32, gemv_dyn_smem<XT>(K),
+		  cu->stream, parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -95,9 +144,9 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
  * the up of element i (j < 4) is element i + 2; with NT = 2, element i +
  * 128 (the second n-tile). */
 template <int NT, int TT, typename XT, typename OT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_MIN_BLOCKS(XT))
 gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
-		   const XT *__restrict__ x, int T, int I, int K)
+		   const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
 {
 	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
 	constexpr int ROWS = NT == 1 ? 4 : 8; /* gate rows a block */
@@ -117,8 +166,15 @@ gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
 		wok[nt] = r < I;
 		wr[nt] = w + (wok[nt] ? r + (up ? (int64_t)I : 0) : 0) * K;
 	}
-	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
-	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
+	unsigned ticket = 0;
+	float4 keep[is_gemv_xs<XT>::nv];
+
+	gemv_rows_of<HALVES>(x, T, K, g, xr, xok);
+	if constexpr (is_gemv_xs<XT>::value)
+		gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K,
+					   gemv_norm_hook<is_gemv_xs<XT>::nv>{ &norm, K, &ticket, &keep });
+	else
+		gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
 	__syncthreads();
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
 		const int l = i % 32, c = i / 32 % 4, j = 2 * (l & 3) + (c & 1);
@@ -134,37 +190,47 @@ gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
 			narrow_to(&act[(int64_t)t * I + r], gi / (1.0f + expf(-gi)) * u);
 		}
 	}
+	if constexpr (is_gemv_xs<XT>::value)
+		gemv_norm_finish<is_gemv_xs<XT>::nv>(norm, K, ticket, keep);
 }
 
 template <int NT, int TT, typename XT, typename OT>
 static void launch_swiglu_tt(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w,
-			     const XT *x, int T, int I, int K)
+			     const XT *x, int T, int I, int K, const gemv_norm &norm)
 {
 	constexpr int ROWS = NT == 1 ? 4 : 8;
 
 	cu_launch(cu->pdl, gemv_swiglu_kernel<NT, TT, XT, OT>, (unsigned)((I + ROWS - 1) / ROWS),
-		  GEMV_WARPS * 32, 0, cu->stream, act, w, x, T, I, K);
+		  GEMV_WARPS * 32, gemv_dyn_smem<XT>(K), cu->stream, act, w, x, T, I, K, norm);
 }
 
-/* The tiles of gemv_kernel's choice for the same T (launch() below). */
+/* The tiles of gemv_kernel's choice for the same T (launch() below). A
+ * normed row (one row) takes the tile of 8 gate rows, half the blocks of
+ * the tile of 4: each block norms the row again first, and at Qwen3-0.6B's
+ * I = 3072 the 384 blocks fit the GPU at once where 768 took a second wave
+ * (an H100: +5 % tokens/s at batch 1 with, -2 % with the tile of 4;
+ * docs/perf.md). */
 template <typename XT, typename OT>
 static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w, const XT *x,
-			  int T, int I, int K)
+			  int T, int I, int K, const gemv_norm &norm)
 {
-	if (T <= 8)
-		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K);
+	if constexpr (is_gemv_xs<XT>::value)
+		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
+	else if (T <= 8)
+		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K, norm);
 	else
-		launch_swiglu_tt<2, 16>(cu, act, w, x, T, I, K);
+		launch_swiglu_tt<2, 16>(cu, act, w, x, T, I, K, norm);
 }
 
 template <typename XT>
 static void launch_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
-			  const __nv_bfloat16 *w, const XT *x, int T, int I, int K)
+			  const __nv_bfloat16 *w, const XT *x, int T, int I, int K,
+			  const gemv_norm &norm)
 {
 	if (act->dtype == KT_BF16)
-		launch_swiglu(cu, (__nv_bfloat16 *)act->data, w, x, T, I, K);
+		launch_swiglu(cu, (__nv_bfloat16 *)act->data, w, x, T, I, K, norm);
 	else
-		launch_swiglu(cu, (float *)act->data, w, x, T, I, K);
+		launch_swiglu(cu, (float *)act->data, w, x, T, I, K, norm);
 }
 
 int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
@@ -172,11 +238,18 @@ int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
 {
 	const int T = (int)x->rows, I = (int)(w->rows / 2), K = (int)x->cols;
 	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
+	gemv_norm norm = {};
 
+	if (cuda_norm_take(cu, x, &norm)) {
+		with_norm_row(K, [&](auto xs) { launch_swiglu(cu, act, wd, xs, T, I, K, norm); });
+		CU_LAUNCHED();
+		return 0;
+	}
+	CU_CHECK(cu_enter(cu));
 	if (x->dtype == KT_BF16)
-		launch_swiglu(cu, act, wd, (const __nv_bfloat16 *)x->data, T, I, K);
+		launch_swiglu(cu, act, wd, (const __nv_bfloat16 *)x->data, T, I, K, norm);
 	else
-		launch_swiglu(cu, act, wd, (const float *)x->data, T, I, K);
+		launch_swiglu(cu, act, wd, (const float *)x->data, T, I, K, norm);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -203,6 +276,9 @@ static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *c
 		parts.bias[i] = biases && biases[i] ? (const B *)biases[i]->data : NULL;
 		parts.N[i] = (int)ws[i]->rows;
 	}
+	if (gemv_blocks(parts, 1) <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &parts.norm))
+		return with_norm_row(K, [&](auto xs) { return launch_tt<1, 8>(cu, parts, xs, T, K); });
+	CU_CHECK(cu_enter(cu));
 	if (x->dtype == KT_BF16)
 		return launch(cu, parts, (const __nv_bfloat16 *)x->data, T, K);
 	return launch(cu, parts, (const float *)x->data, T, K);

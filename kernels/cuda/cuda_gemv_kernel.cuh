@@ -5,6 +5,9 @@
 #ifndef ATLAS_KERNELS_CUDA_GEMV_KERNEL_CUH
 #define ATLAS_KERNELS_CUDA_GEMV_KERNEL_CUH
 
+#include <type_traits>
+
+#include "kernels/cuda/cuda_gemv_norm.cuh"
 #include "kernels/cuda/cuda_gemv_tile.cuh"
 #include "kernels/cuda/cuda_impl.h"
 
@@ -18,6 +21,36 @@ struct gemv_parts {
 	int N[KT_MATMUL_MAX_N];
 	int blocks[KT_MATMUL_MAX_N];
 	int n;
+	gemv_norm norm;   /* XT a gemv_xs: the row's norm (x is then unused) */
+};
+
+/* The tile's rows of x: the rows of x, or (XT = gemv_xs, one row) the
+ * block's normed row in shared memory, made by the hook below. */
+template <int HALVES, typename XT>
+__device__ __forceinline__ void gemv_rows_of(const XT *x, int T, int K, int g,
+					     const XT *(&xr)[HALVES], bool (&xok)[HALVES])
+{
+	if constexpr (is_gemv_xs<XT>::value) {
+		static_assert(HALVES == 1, "a normed row is one row");
+		xr[0] = gemv_norm_row_smem<is_gemv_xs<XT>::nv>();
+		xok[0] = g < T;
+	} else {
+		gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
+	}
+}
+
+/* gemv_tile_warp's after_wait of a launch that norms its row. */
+template <int NV>
+struct gemv_norm_hook {
+	const gemv_norm *n;
+	int K;
+	unsigned *ticket;
+	float4 (*keep)[NV];
+
+	__device__ __forceinline__ void operator()() const
+	{
+		gemv_norm_row<NV>(*n, gemv_norm_row_smem<NV>(), K, ticket, *keep);
+	}
 };
 
 /* TT bounds T: 8 (the lower half of one token tile) or 16 (one tile). The
@@ -25,7 +58,7 @@ struct gemv_parts {
  * registers instead of 62 at TT = 16): 20% faster at 16 tokens on the
  * Qwen3-8B MLP shapes, the same at 8. */
 template <int NT, int TT, typename XT, typename B>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, 1)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_MIN_BLOCKS(XT))
 gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ x, int T, int K)
 {
 	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
@@ -54,8 +87,15 @@ gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ 
 		wok[nt] = r < N;
 		wr[nt] = w + (wok[nt] ? r : 0) * K;
 	}
-	gemv_x_rows<HALVES>(x, T, K, g, xr, xok);
-	gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
+	unsigned ticket = 0;
+	float4 keep[is_gemv_xs<XT>::nv];
+
+	gemv_rows_of<HALVES>(x, T, K, g, xr, xok);
+	if constexpr (is_gemv_xs<XT>::value)
+		gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K,
+					   gemv_norm_hook<is_gemv_xs<XT>::nv>{ &parts.norm, K, &ticket, &keep });
+	else
+		gemv_tile_warp<NT, HALVES>(ring, warp, lane, w, wr, wok, xr, xok, K);
 	__syncthreads();
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
 		const int l = i % 32, c = i / 32 % 4, nt = i / 128;
@@ -70,6 +110,8 @@ gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ 
 			y[(int64_t)t * N + r] = s;
 		}
 	}
+	if constexpr (is_gemv_xs<XT>::value)
+		gemv_norm_finish<is_gemv_xs<XT>::nv>(parts.norm, K, ticket, keep);
 }
 
 #endif

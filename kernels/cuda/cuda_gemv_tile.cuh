@@ -97,13 +97,20 @@ __device__ __forceinline__ void gemv_x_rows(const XT *x, int T, int K, int g,
  * D - 1 vectors, so that a GEMV placed while the kernel before it ends
  * streams its first weights meanwhile; x is read after. (Asking the next
  * vectors into L2 there too, 16 a lane, cost Qwen3-8B 9 % at batch 1 on
- * an H200: docs/perf.md.) */
-template <int NT, int HALVES, typename XT>
+ * an H200: docs/perf.md.) after_wait() runs on every thread of the block
+ * right after the wait, before x is read: where a launch that norms its
+ * row (cuda_gemv_norm.cuh) makes x. */
+struct gemv_no_hook {
+	__device__ __forceinline__ void operator()() const {}
+};
+
+template <int NT, int HALVES, typename XT, typename H = gemv_no_hook>
 __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RING_VECTORS / NT][NT][32],
 					       int warp, int lane, const __nv_bfloat16 *w,
 					       const __nv_bfloat16 *const (&wr)[NT],
 					       const bool (&wok)[NT], const XT *const (&xr)[HALVES],
-					       const bool (&xok)[HALVES], int K)
+					       const bool (&xok)[HALVES], int K,
+					       const H &after_wait = H())
 {
 	constexpr int D = GEMV_RING_VECTORS / NT;
 	const int q = lane & 3;
@@ -140,6 +147,7 @@ __device__ __forceinline__ void gemv_tile_warp(uint4 (&ring)[GEMV_WARPS][GEMV_RI
 		issue(d);
 	pdl_wait();
 	pdl_launch_dependents();
+	after_wait();
 #pragma unroll
 	for (int h = 0; h < HALVES; h++)
 		xn[h].load(xr[h], xok[h] && nv > 0, kof(0), K);

@@ -87,6 +87,16 @@ struct cuda_graph_entry {
 	bool broken;                /* recording failed: the key runs op by op */
 };
 
+/* A norm that rmsnorm_product left for the product after it (cuda_norm.cu):
+ * the GEMV of that product takes it (cuda_gemv_norm.cuh); any other op
+ * first launches it as rmsnorm (cu_enter). The tensors are copies of the
+ * call's views. */
+struct cuda_norm_pending {
+	bool set;
+	struct kt_tensor out, x, res, w;  /* res.data NULL: no residual */
+	float eps;
+};
+
 struct cuda_backend {
 	struct kt_backend base;     /* first member: the engine's handle */
 	int device;                 /* CUDA device index */
@@ -113,6 +123,8 @@ struct cuda_backend {
 	unsigned *sample_count;     /* device [sample_cap]: a row's chunks done, 0 at rest */
 	uint64_t *sample_cand;      /* device [CUDA_SAMPLE_TOPK_ROWS, CUDA_SAMPLE_TOPK_CAND]:
 				     * a row's candidates, rank-ordered keys */
+	struct cuda_norm_pending norm_pending; /* set by rmsnorm_product, until the next op */
+	unsigned *norm_count;       /* device [1]: a normed GEMV's blocks past their norm, 0 at rest */
 	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
 	int n_graphs, next_evict;
 	/* Attention (cuda_attention.cu), made by cuda_attention_open: the
@@ -196,11 +208,26 @@ static inline bool cu_same_or_apart(const struct kt_tensor *a, const struct kt_t
 	return a->data == b->data || !cu_overlap(a, b);
 }
 
+/* Launch the norm rmsnorm_product left pending, as rmsnorm (cuda_norm.cu). */
+cudaError_t cuda_norm_flush(struct cuda_backend *cu);
+
 /* Make the backend's device current on the calling thread (the engine may
- * run ops on another thread than the one that opened the backend). */
-static inline cudaError_t cu_enter(const struct cuda_backend *cu)
+ * run ops on another thread than the one that opened the backend), keeping
+ * a pending norm: only the products that may take it call this alone. */
+static inline cudaError_t cu_device(const struct cuda_backend *cu)
 {
 	return cudaSetDevice(cu->device);
+}
+
+/* What every op does first: the device current, then a pending norm
+ * launched (its out is written before this op runs). */
+static inline cudaError_t cu_enter(struct cuda_backend *cu)
+{
+	cudaError_t e = cu_device(cu);
+
+	if (e == cudaSuccess && cu->norm_pending.set)
+		e = cuda_norm_flush(cu);
+	return e;
 }
 
 /* An element of an f32 or bf16 tensor as f32. */
@@ -279,6 +306,9 @@ int cuda_swiglu(struct kt_backend *be, const struct kt_tensor *out, const struct
 int cuda_add(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x);
 int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
 		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps);
+int cuda_rmsnorm_product(struct kt_backend *be, const struct kt_tensor *out,
+			 const struct kt_tensor *x, const struct kt_tensor *residual,
+			 const struct kt_tensor *w, float eps);
 int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
 		const struct kt_tensor *w, const struct kt_tensor *bias);
 int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,

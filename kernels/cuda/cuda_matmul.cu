@@ -27,6 +27,10 @@
  * matmul_n (the products of one x): one GEMV launch when the GEMV takes
  * every weight, else the products one after another.
  *
+ * The GEMV paths call cu_device() only: a norm that rmsnorm_product left
+ * pending for this x is theirs to take (cuda_gemv.cu); every other path
+ * launches it first (cu_enter).
+ *
  * matmul_swiglu (a stacked gate/up product and its SwiGLU): the GEMV with
  * the SwiGLU in its epilogue when the GEMV takes w (decode sizes) and I is
  * at most CUDA_SWIGLU_FUSE_MAX_I, else the product into gu and swiglu of
@@ -168,9 +172,10 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	N = w->rows;
 	if (!T || !N)
 		return 0;
-	CU_CHECK(cu_enter(cu));
+	CU_CHECK(cu_device(cu));
 	if (K && cuda_gemv_takes(x, w))
 		return cuda_gemv(cu, y, x, w, bias);
+	CU_CHECK(cu_enter(cu));
 	if (!K)
 		CU_CHECK(cudaMemsetAsync(y->data, 0, kt_nbytes(y), cu->stream));
 	else if (x->dtype == KT_BF16)
@@ -204,9 +209,11 @@ int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *y
 		if (!ys[i] || !ws[i] || !matmul_args_ok(ys[i], x, ws[i], biases ? biases[i] : NULL))
 			return -EINVAL;
 	if (x->rows && x->cols && cuda_gemv_n_takes(n, x, ws, biases)) {
-		CU_CHECK(cu_enter(cu));
+		CU_CHECK(cu_device(cu));
 		return cuda_gemv_n(cu, n, ys, x, ws, biases);
 	}
+	/* every product below reads x: a pending norm is written out first */
+	CU_CHECK(cu_enter(cu));
 	for (int i = 0; i < n; i++) {
 		int rc = cuda_matmul(be, ys[i], x, ws[i], biases ? biases[i] : NULL);
 
@@ -228,7 +235,7 @@ int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
 	    !cu_shape(act, act->dtype, x->rows, w->rows / 2) || w->rows % 2)
 		return -EINVAL;
 	if (x->rows && x->cols && w->rows / 2 <= CUDA_SWIGLU_FUSE_MAX_I && cuda_gemv_takes(x, w)) {
-		CU_CHECK(cu_enter(cu));
+		CU_CHECK(cu_device(cu));
 		return cuda_gemv_swiglu(cu, act, x, w);
 	}
 	if ((rc = cuda_matmul(be, gu, x, w, NULL)))

@@ -19,6 +19,12 @@
  * for the store before it (out and x may alias), and a decode step's row of
  * 4096 took 15 us on an H100 instead of a few (ncu, 2026-11-22).
  *
+ * rmsnorm_product: one row that the GEMV can norm (out bf16, D a multiple
+ * of 8 and at most GEMV_NORM_MAX_K, the vector kernel's alignment) is not
+ * launched; it waits in cu->norm_pending for the product after it, whose
+ * GEMV takes it (cuda_norm_take, cuda_gemv_norm.cuh) and computes it with
+ * this file's arithmetic. Any other op launches it first (cu_enter).
+ *
  * rmsnorm_gated (the gated norm of the delta rule's heads): out = w * (x *
  * inv) * silu(z), the same var and inv, silu(z) = z / (1 + e^-z). Its rows
  * are one head each (D = v_dim, 128 in Qwen3-Next), so a warp takes a row
@@ -28,7 +34,10 @@
 #include <errno.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_gemv.h"
+#include "kernels/cuda/cuda_gemv_norm.cuh"
 #include "kernels/cuda/cuda_impl.h"
+#include "kernels/cuda/cuda_norm.cuh"
 #include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 
@@ -60,23 +69,6 @@ __global__ void rmsnorm_kernel(O *out, float *x, const float *res, const W *w, i
 		narrow_to(&o[d], widen(w[d]) * (xr[d] * inv));
 }
 
-/* float4s per thread of rmsnorm_vec_kernel. */
-#define NORM_VEC 8
-#define NORM_VEC_MAX_D (4 * NORM_VEC * CUDA_THREADS)
-
-__device__ __forceinline__ float4 weights4(const float *w, int64_t i)
-{
-	return reinterpret_cast<const float4 *>(w)[i];
-}
-
-__device__ __forceinline__ float4 weights4(const __nv_bfloat16 *w, int64_t i)
-{
-	const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(w) + 2 * i;
-	const float2 lo = __bfloat1622float2(p[0]), hi = __bfloat1622float2(p[1]);
-
-	return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
 template <typename W, typename O>
 __global__ void rmsnorm_vec_kernel(O *out, float *x, const float *res, const W *w,
 				   int64_t D, float eps)
@@ -85,57 +77,25 @@ __global__ void rmsnorm_vec_kernel(O *out, float *x, const float *res, const W *
 	const int64_t off = blockIdx.x * D, D4 = D / 4;
 	float4 *xr = reinterpret_cast<float4 *>(x + off);
 	O *o = out + off;
-	const float4 *rr = reinterpret_cast<const float4 *>(res + (res ? off : 0));
+	const float4 *rr = res ? reinterpret_cast<const float4 *>(res + off) : NULL;
 	float4 v[NORM_VEC];
-	double ss = 0.0;
 	float inv;
 
 	pdl_wait();
 	pdl_launch_dependents();
+	norm_vec_load(v, xr, rr, D4);
+	if (rr) {
 #pragma unroll
-	for (int j = 0; j < NORM_VEC; j++) {
-		const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-
-		if (i < D4)
-			v[j] = xr[i];
+		for (int j = 0; j < NORM_VEC; j++)
+			if (norm_vec_index(j) < D4)
+				xr[norm_vec_index(j)] = v[j];
 	}
-	if (res) {
-#pragma unroll
-		for (int j = 0; j < NORM_VEC; j++) {
-			const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-
-			if (i < D4) {
-				const float4 r = rr[i];
-
-				v[j] = make_float4(v[j].x + r.x, v[j].y + r.y, v[j].z + r.z, v[j].w + r.w);
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < NORM_VEC; j++) {
-			const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-
-			if (i < D4)
-				xr[i] = v[j];
-		}
-	}
+	inv = norm_vec_inv(v, D4, eps, part);
 #pragma unroll
 	for (int j = 0; j < NORM_VEC; j++)
-		if (threadIdx.x + (int64_t)j * blockDim.x < D4)
-			ss += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y +
-			      (double)v[j].z * v[j].z + (double)v[j].w * v[j].w;
-	ss = block_reduce(ss, op_sum(), 0.0, part);
-	inv = 1.0f / sqrtf((float)(ss / (double)D) + eps);
-#pragma unroll
-	for (int j = 0; j < NORM_VEC; j++) {
-		const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-
-		if (i < D4) {
-			const float4 g = weights4(w, i);
-
-			narrow4_to(o, i, make_float4(g.x * (v[j].x * inv), g.y * (v[j].y * inv),
-						     g.z * (v[j].z * inv), g.w * (v[j].w * inv)));
-		}
-	}
+		if (norm_vec_index(j) < D4)
+			narrow4_to(o, norm_vec_index(j),
+				   norm_vec_out(weights4(w, norm_vec_index(j)), v[j], inv));
 }
 
 /* The vector kernel applies: D fits the registers and rows are 16-byte aligned. */
@@ -170,13 +130,12 @@ static void launch_rmsnorm(struct cuda_backend *cu, bool vec, O *out, float *x, 
 		launch_rmsnorm(cu, vec, out, x, res, (const float *)w->data, R, D, eps);
 }
 
-int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
-		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
+/* rmsnorm's arguments: 0 or -EINVAL. */
+static int rmsnorm_args(const struct kt_tensor *out, const struct kt_tensor *x,
+			const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
 {
-	struct cuda_backend *cu = cu_of(be);
 	int64_t R, D;
-	const float *res;
-	bool out16, vec;
+	bool out16;
 
 	if (!cu_valid(x, KT_F32))
 		return -EINVAL;
@@ -195,20 +154,92 @@ int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struc
 		return -EINVAL;
 	if (!(eps >= 0.0f) || R > INT32_MAX)
 		return -EINVAL;
-	if (!R || !D)
-		return 0;
-	res = residual ? (const float *)residual->data : NULL;
+	return 0;
+}
+
+/* Enqueue rmsnorm on checked arguments. */
+static void rmsnorm_launch(struct cuda_backend *cu, const struct kt_tensor *out,
+			   const struct kt_tensor *x, const float *res, const struct kt_tensor *w,
+			   float eps)
+{
+	const int64_t R = x->rows, D = x->cols;
 	/* vec_ok wants out 16-byte aligned; a bf16 row of out then starts
 	 * 8-byte aligned (D % 4 == 0), what narrow4_to's stores need */
-	vec = vec_ok(out, x, res, w, D);
-	CU_CHECK(cu_enter(cu));
-	if (out16)
+	const bool vec = vec_ok(out, x, res, w, D);
+
+	if (out->dtype == KT_BF16)
 		launch_rmsnorm(cu, vec, (__nv_bfloat16 *)out->data, (float *)x->data, res, w, R, D,
 			       eps);
 	else
 		launch_rmsnorm(cu, vec, (float *)out->data, (float *)x->data, res, w, R, D, eps);
+}
+
+int cuda_rmsnorm(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *x,
+		 const struct kt_tensor *residual, const struct kt_tensor *w, float eps)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int rc = rmsnorm_args(out, x, residual, w, eps);
+
+	if (rc)
+		return rc;
+	if (!x->rows || !x->cols)
+		return 0;
+	CU_CHECK(cu_enter(cu));
+	rmsnorm_launch(cu, out, x, residual ? (const float *)residual->data : NULL, w, eps);
 	CU_LAUNCHED();
 	return 0;
+}
+
+/* rmsnorm_product: a row the GEMV can norm (one row, out bf16 for the
+ * product's x, the vector kernel's shape) is left pending for the product
+ * after it; anything else runs as rmsnorm. */
+int cuda_rmsnorm_product(struct kt_backend *be, const struct kt_tensor *out,
+			 const struct kt_tensor *x, const struct kt_tensor *residual,
+			 const struct kt_tensor *w, float eps)
+{
+	struct cuda_backend *cu = cu_of(be);
+	const float *res = residual ? (const float *)residual->data : NULL;
+	int rc = rmsnorm_args(out, x, residual, w, eps);
+
+	if (rc)
+		return rc;
+	if (x->rows != 1 || out->dtype != KT_BF16 || x->cols > GEMV_NORM_MAX_K ||
+	    x->cols % 8 || !vec_ok(out, x, res, w, x->cols) || !cu->norm_count)
+		return cuda_rmsnorm(be, out, x, residual, w, eps);
+	CU_CHECK(cu_enter(cu));
+	cu->norm_pending.out = *out;
+	cu->norm_pending.x = *x;
+	cu->norm_pending.res = residual ? *residual : (struct kt_tensor){};
+	cu->norm_pending.w = *w;
+	cu->norm_pending.eps = eps;
+	cu->norm_pending.set = true;
+	return 0;
+}
+
+cudaError_t cuda_norm_flush(struct cuda_backend *cu)
+{
+	struct cuda_norm_pending *p = &cu->norm_pending;
+
+	p->set = false;
+	rmsnorm_launch(cu, &p->out, &p->x, (const float *)p->res.data, &p->w, p->eps);
+	return cudaGetLastError();
+}
+
+bool cuda_norm_take(struct cuda_backend *cu, const struct kt_tensor *x, struct gemv_norm *n)
+{
+	struct cuda_norm_pending *p = &cu->norm_pending;
+
+	if (!p->set || x->data != p->out.data || x->dtype != KT_BF16 || x->rows != 1 ||
+	    x->cols != p->out.cols)
+		return false;
+	p->set = false;
+	n->x = (float *)p->x.data;
+	n->res = (const float *)p->res.data;
+	n->w = p->w.data;
+	n->w_bf16 = p->w.dtype == KT_BF16;
+	n->eps = p->eps;
+	n->count = cu->norm_count;
+	return true;
 }
 
 template <typename W>

@@ -41,6 +41,7 @@
 	X(ops_matmul_isa) \
 	X(ops_matmul_n) \
 	X(ops_matmul_swiglu) \
+	X(ops_norm_product) \
 	X(ops_rope_store) \
 	X(ops_rope) \
 	X(ops_attention) \

@@ -18,7 +18,9 @@
  *   logits = lm_head · rmsnorm(x += proj)[out_rows]
  *
  * The residual add is the fused first half of the rmsnorm op, so the residual
- * stream x is touched once per block. Every buffer is a row view of the
+ * stream x is touched once per block. The norms whose out only the product
+ * after them reads are rmsnorm_product: a backend may compute them inside
+ * that product (cuda, at one row). Every buffer is a row view of the
  * scratch sized at load: nothing is allocated here. On a backend that rounds
  * x to bf16 for its products (matmul_x_bf16), a dense block's xn, the
  * attention output and silu(gate) * up are written in bf16 (xnb, att, act);
@@ -170,11 +172,19 @@ static int decoder_layers(struct model *m, const struct model_step *s,
 						    : *xn;
 
 	for (int l = 0; l < c->n_layers; l++) {
-		const struct kt_tensor *mlp_in = c->layers[l].mlp == MODEL_MLP_MOE ? xn : &xnb;
+		const bool moe = c->layers[l].mlp == MODEL_MLP_MOE;
+		const struct kt_tensor *mlp_in = moe ? xn : &xnb;
 
-		TRY(kt_rmsnorm(be, &xnb, x, l ? proj : NULL, &dm->layers[l].attn_norm, eps));
+		/* xnb is read by the product after the norm only (q/k/v's, and
+		 * gate/up's in a dense MLP), which may compute it instead; an
+		 * MoE block's xn is read by the router and the experts */
+		TRY(kt_rmsnorm_product(be, &xnb, x, l ? proj : NULL, &dm->layers[l].attn_norm,
+				       eps));
 		TRY(attention_block(m, l, s, c->layers[l].cache, &xnb, proj));
-		TRY(kt_rmsnorm(be, mlp_in, x, proj, &dm->layers[l].ffn_norm, eps));
+		if (moe)
+			TRY(kt_rmsnorm(be, mlp_in, x, proj, &dm->layers[l].ffn_norm, eps));
+		else
+			TRY(kt_rmsnorm_product(be, mlp_in, x, proj, &dm->layers[l].ffn_norm, eps));
 		TRY(mlp_block(m, l, &s->batch, mlp_in, proj));
 	}
 	return 0;
