@@ -91,8 +91,8 @@ static int64_t gemv_blocks(const gemv_parts<B> &parts, int NT)
 /* The most blocks of a launch that takes a pending norm: each block norms
  * the row again before its products, and the blocks past those the GPU
  * holds at once do it on the launch's critical path. Qwen3-8B's q/k/v (768
- * blocks) take it, +1 % at batch 1 on an H100; its gate/up product (3,072)
- * measured 1 % slower with the norm than after rmsnorm (docs/perf.md). */
+ * blocks) take it, +1 % at batch 1 on an H100; with its gate/up product
+ * (3,072) too, 1.6 % below that in the same call (docs/perf.md). */
 #define GEMV_NORM_MAX_BLOCKS 1024
 
 template <int NT, int TT, typename XT, typename B>
@@ -208,8 +208,8 @@ static void launch_swiglu_tt(struct cuda_backend *cu, OT *act, const __nv_bfloat
  * normed row (one row) takes the tile of 8 gate rows, half the blocks of
  * the tile of 4: each block norms the row again first, and at Qwen3-0.6B's
  * I = 3072 the 384 blocks fit the GPU at once where 768 took a second wave
- * (an H100: +5 % tokens/s at batch 1 with, -2 % with the tile of 4;
- * docs/perf.md). */
+ * (an H100, Qwen3-0.6B at batch 1: +5 % tokens/s with the tile of 8,
+ * -2 % with the tile of 4; docs/perf.md). */
 template <typename XT, typename OT>
 static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w, const XT *x,
 			  int T, int I, int K, const gemv_norm &norm)
