@@ -82,8 +82,11 @@ struct op_list {
 #define OP_MAX_HEADS 64
 #define OP_MAX_HEAD_DIM 256
 
-/* The name of the case being run (a graph case keys its graphs on it). */
+/* The name of the case being run. */
 const char *op_case_name(const struct op_run *r);
+/* A hash of that name: a case's kt_graph key, so that no case replays
+ * another's graph. */
+uint64_t op_case_key(const struct op_run *r);
 
 /* Deterministic random numbers (splitmix64), seeded per case. */
 uint64_t op_next(struct op_run *r);

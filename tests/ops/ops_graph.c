@@ -44,16 +44,6 @@ struct graph_out {
 	float *eager[ROUNDS], *replay[ROUNDS];
 };
 
-/* The case's graph key: a hash of its name. */
-static uint64_t case_key(struct op_run *r)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-
-	for (const char *p = op_case_name(r); *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-	return h;
-}
-
 static void *graph_build(struct op_run *r, const void *params, const struct op_backend *target)
 {
 	const struct graph_params *p = params;
@@ -158,7 +148,7 @@ static void run_decode(struct op_run *r, const struct op_backend *b, const struc
 		op_poison(r, b, &c.out);
 		c.o = o;
 		o->calls++;
-		o->rc = o->rc ? o->rc : kt_graph(b->be, case_key(r), record, &c);
+		o->rc = o->rc ? o->rc : kt_graph(b->be, op_case_key(r), record, &c);
 		o->replay[i] = op_get(r, b, &c.out);
 	}
 }
@@ -186,7 +176,7 @@ static void *graph_run(struct op_run *r, const void *params, const void *input,
 		o->eager[i] = op_get(r, b, &c.y);
 		op_poison(r, b, &c.y);
 		o->calls++;
-		o->rc = o->rc ? o->rc : kt_graph(b->be, case_key(r), record, &c);
+		o->rc = o->rc ? o->rc : kt_graph(b->be, op_case_key(r), record, &c);
 		o->replay[i] = op_get(r, b, &c.y);
 	}
 	return o;

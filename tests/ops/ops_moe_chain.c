@@ -162,16 +162,6 @@ static void chain_reference(struct op_run *r, const struct chain_params *p,
 	}
 }
 
-/* Graph keys are per case (a hash of its name), so no case replays another's. */
-static uint64_t case_key(struct op_run *r)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-
-	for (const char *s = op_case_name(r); *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	return h;
-}
-
 struct graph_out {
 	int rc, records, calls;
 	bool graphs;
@@ -197,7 +187,7 @@ static void *graph_run(struct op_run *r, const void *params, const void *input,
 		op_poison(r, b, &d.out);
 		op_poison(r, b, &d.ids);
 		o->calls++;
-		o->rc = o->rc ? o->rc : kt_graph(b->be, case_key(r), chain_forward, &rec);
+		o->rc = o->rc ? o->rc : kt_graph(b->be, op_case_key(r), chain_forward, &rec);
 		o->replay[i] = op_get(r, b, &d.out);
 		o->replay_ids[i] = op_get_ints(r, b, &d.ids);
 	}

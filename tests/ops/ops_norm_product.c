@@ -122,15 +122,6 @@ static int np_round(void *ctx)
 	return -EINVAL;
 }
 
-static uint64_t np_key(struct op_run *r)
-{
-	uint64_t h = 0x9e3779b97f4a7c15ULL;
-
-	for (const char *s = op_case_name(r); *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	return h;
-}
-
 static void np_side_run(struct op_run *r, const struct np_params *p, const struct np_in *in,
 			const struct op_backend *b, bool fused, struct np_side *o)
 {
@@ -150,7 +141,7 @@ static void np_side_run(struct op_run *r, const struct np_params *p, const struc
 	c.y2 = op_tensor(r, b, KT_F32, p->T, p->N, NULL);
 	c.gu = op_tensor(r, b, KT_F32, p->T, p->N, NULL);
 	for (int i = 0; i < NP_ROUNDS && !o->rc; i++) {
-		o->rc = fused && p->graph ? kt_graph(b->be, np_key(r), np_round, &c) : np_round(&c);
+		o->rc = fused && p->graph ? kt_graph(b->be, op_case_key(r), np_round, &c) : np_round(&c);
 		o->y[i] = op_get(r, b, &c.y);
 		o->y2[i] = op_get(r, b, &c.y2);
 		o->x[i] = op_get(r, b, &c.x);

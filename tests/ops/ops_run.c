@@ -362,16 +362,28 @@ bool op_moe_invariant(const struct op_backend *b)
 	return strcmp(b->be->info.backend, "cpu") == 0;
 }
 
-/* FNV-1a of the case name: every case has its own inputs, and they do not
- * change when cases are added or filtered out. */
-static uint64_t name_seed(const char *name)
+/* FNV-1a of a case name. */
+static uint64_t name_hash(const char *name)
 {
-	const char *env = getenv("ATLAS_TEST_SEED");
 	uint64_t h = 0xcbf29ce484222325ULL;
 
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		h = (h ^ *p) * 0x100000001b3ULL;
-	return h ^ (env ? strtoull(env, NULL, 0) : 0x5eed1234abcdULL);
+	return h;
+}
+
+uint64_t op_case_key(const struct op_run *r)
+{
+	return name_hash(op_case_name(r));
+}
+
+/* Every case has its own inputs (a seed from its name), and they do not
+ * change when cases are added or filtered out. */
+static uint64_t name_seed(const char *name)
+{
+	const char *env = getenv("ATLAS_TEST_SEED");
+
+	return name_hash(name) ^ (env ? strtoull(env, NULL, 0) : 0x5eed1234abcdULL);
 }
 
 /* The check the case line shows: the first failure, else the largest
