@@ -240,7 +240,8 @@ int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
 	const __nv_bfloat16 *wd = (const __nv_bfloat16 *)w->data;
 	gemv_norm norm = {};
 
-	if (cuda_norm_take(cu, x, &norm)) {
+	/* a normed row takes the tile of 8 gate rows: I / 8 blocks */
+	if ((I + 7) / 8 <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &norm)) {
 		with_norm_row(K, [&](auto xs) { launch_swiglu(cu, act, wd, xs, T, I, K, norm); });
 		CU_LAUNCHED();
 		return 0;
