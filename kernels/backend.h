@@ -256,6 +256,11 @@ struct kt_rope_store_args {
 	const struct kt_tensor *vcache;
 	int n_heads, n_kv_heads, head_dim;
 	float eps;                        /* of both norms */
+	bool attend_next;                 /* the op after this one reads q as its q in an
+					   * attention over these caches, and nothing reads
+					   * q or k after that: q too may be left
+					   * unspecified, and a backend may run this op
+					   * inside that attention (cuda: one decode row) */
 };
 
 struct kt_ops {
@@ -539,7 +544,9 @@ struct kt_ops {
 	 * taken out of its rows. A backend may run them as one launch (cuda: a
 	 * block per token and group of heads); NULL: kt_rope_store runs the
 	 * three (and refuses a qkv). q, k, v and qkv apart from each other
-	 * (kt_rope_store refuses them otherwise). */
+	 * (kt_rope_store refuses them otherwise). With a->attend_next the
+	 * caches hold the same bits once the attention after it has run, and
+	 * that attention's out is the same bits. */
 	int (*rope_store)(struct kt_backend *be, const struct kt_rope_store_args *a,
 			  const struct kt_batch *b);
 	/* act = silu(x · w_gateᵀ) * (x · w_upᵀ) for w [2I, K], the gate's rows

@@ -5,8 +5,8 @@
 
 Reads DIR/PREFIX-SHAPE-SIDE-ROUND.csv (PREFIX "ab" by default: what gpu-ab.sh
 writes) and prints, for each shape and batch, the median tokens/s of side 0
-and of the last side over the rounds (with their count, min and max) and the
-change between the medians.
+and of every other side over the rounds (with their count, min and max) and
+the change of each median against side 0's.
 """
 import collections
 import csv
@@ -29,14 +29,20 @@ def main():
     if not rows:
         print(f"ab-medians: no {prefix}-*.csv decode rows in {folder}")
         return 1
-    last = max(s for _, _, s in rows)
+    sides = sorted({s for _, _, s in rows} - {"0"})
     for shape, batch in sorted({(s, b) for s, b, _ in rows}):
-        a, b = rows.get((shape, batch, "0"), []), rows.get((shape, batch, last), [])
-        if not a or not b:
+        a = rows.get((shape, batch, "0"), [])
+        if not a:
             continue
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{shape:12s} b{batch:<3d} side 0 {ma:9.1f} ({len(a)}: {min(a):.1f}-{max(a):.1f})"
-              f"  side {last} {mb:9.1f} ({min(b):.1f}-{max(b):.1f})  {100 * (mb / ma - 1):+.1f}%")
+        ma = statistics.median(a)
+        line = f"{shape:12s} b{batch:<3d} side 0 {ma:9.1f} ({len(a)}: {min(a):.1f}-{max(a):.1f})"
+        for side in sides:
+            b = rows.get((shape, batch, side), [])
+            if b:
+                mb = statistics.median(b)
+                line += (f"  side {side} {mb:9.1f} ({min(b):.1f}-{max(b):.1f})"
+                         f" {100 * (mb / ma - 1):+.1f}%")
+        print(line)
     return 0
 
 

@@ -17,7 +17,7 @@
 # same:  whether the changes keep every result: on each model of AB_MODELS
 #        (tests/fidelity/models), the logits of a prompt of 1 token (the
 #        one-row paths), 8 (the GEMV) and 40 (cuBLAS), and 32 greedy tokens, compared bit
-#        for bit between side 0 and the last side on cuda; then the op cases
+#        for bit between side 0 and the last side (AB_SIDE: that side) on cuda; then the op cases
 #        on cuda (test_ops), the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) and the engine's
 #        (test_engine, on each model) of the last side.
@@ -90,9 +90,10 @@ same)
 	one=5
 	short=1,2,3,4,5,6,7,8
 	long=$(seq -s, 11 50)
+	other=${AB_SIDE:-$n}
 	for m in $models; do
 		d=tests/fidelity/models/$m
-		for side in 0 "$n"; do
+		for side in 0 "$other"; do
 			b=$(side_dir "$side")/build-gpu
 			for seq in one short long; do
 				eval ids=\$$seq
@@ -106,7 +107,7 @@ same)
 		done
 		for f in logits-$m-one.f32 logits-$m-short.f32 logits-$m-long.f32 greedy-$m.txt; do
 			a=$out/${f%.*}-0.${f##*.}
-			b=$out/${f%.*}-$n.${f##*.}
+			b=$out/${f%.*}-$other.${f##*.}
 			cmp -s "$a" "$b" && echo "$f: equal" ||
 				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
 		done

@@ -25,6 +25,11 @@
  * by the kernels (a bad one sets a fault bit, see cuda_impl.h): kv_store then
  * skips the token, attention writes NaN for it. Segment fields are host
  * values and are checked here. An f32 out may be q; a bf16 one is apart.
+ *
+ * A rope_store left pending for this attention (cu->rope_pending, one
+ * decode row, cuda_rope.cu) is taken by the decode kernel when the call is
+ * its q over its caches and batch on the decode path; otherwise it is
+ * launched first, as before any other op.
  */
 #include <errno.h>
 #include <math.h>
@@ -208,7 +213,40 @@ static int run_generic(const att_call &c, int64_t T, enum kt_dtype dt, int max_k
 	return 0;
 }
 
-template <int D> static int run_decode(const att_call &c, int rows, int max_kv_len)
+/* The pending rope_store rp as the decode kernel takes it. */
+static decode_rope decode_rope_of(const struct cuda_rope_pending *rp)
+{
+	const struct kt_rope_store_args *ra = &rp->args;
+	const int64_t D = ra->head_dim;
+	decode_rope r;
+
+	if (ra->qkv) {
+		r.q = (const float *)ra->qkv->data;
+		r.k = r.q + ra->n_heads * D;
+		r.v = r.k + ra->n_kv_heads * D;
+		r.ld_q = r.ld_kv = ra->qkv->cols;
+	} else {
+		r.q = (const float *)ra->q->data;
+		r.k = (const float *)ra->k->data;
+		r.v = (const float *)ra->v->data;
+		r.ld_q = ra->q->cols;
+		r.ld_kv = ra->k->cols;
+	}
+	r.kc = (__nv_bfloat16 *)ra->kcache->data;
+	r.vc = (__nv_bfloat16 *)ra->vcache->data;
+	r.inv_freq = (const float *)ra->inv_freq->data;
+	r.q_norm = ra->q_norm ? ra->q_norm->data : NULL;
+	r.k_norm = ra->k_norm ? ra->k_norm->data : NULL;
+	r.eps = ra->eps;
+	r.n_pairs = (int)ra->inv_freq->cols;
+	return r;
+}
+
+/* rp NULL: the decode of rows 0..rows-1; else, of one row with the
+ * rope_store rp (cuda_decode_takes_rope held for it). */
+template <int D>
+static int run_decode(const att_call &c, int rows, int max_kv_len,
+		      const struct cuda_rope_pending *rp)
 {
 	struct cuda_backend *cu = c.cu;
 	const int L = max_kv_len < cu->max_context ? max_kv_len : cu->max_context;
@@ -234,7 +272,13 @@ template <int D> static int run_decode(const att_call &c, int rows, int max_kv_l
 	a.part_ml = cu->att_part_ml;
 	a.count = cu->att_count;
 	a.fault = cu->fault;
-	decode_launch<D, DEC_STAGES>(cu->pdl, a, rows, c.n_kv, cu->stream);
+	if (!rp)
+		decode_launch<D, DEC_STAGES>(cu->pdl, a, rows, c.n_kv, cu->stream);
+	else if ((a.rope = decode_rope_of(rp)), rp->args.q_norm &&
+						   rp->args.q_norm->dtype == KT_BF16)
+		decode_launch<D, DEC_STAGES, __nv_bfloat16>(cu->pdl, a, rows, c.n_kv, cu->stream);
+	else
+		decode_launch<D, DEC_STAGES, float>(cu->pdl, a, rows, c.n_kv, cu->stream);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -274,10 +318,30 @@ template <int D> static int run_tensor_cores(const att_call &c, const struct kt_
 	int rc = 0;
 
 	if (b->n_single > 0)
-		rc = run_decode<D>(c, b->n_single, b->max_kv_len);
+		rc = run_decode<D>(c, b->n_single, b->max_kv_len, NULL);
 	for (int i = 0; !rc && i < b->n_segments; i++)
 		rc = run_segment(c, &b->segments[i]);
 	return rc;
+}
+
+/* The call is the attention the pending rope_store rp was left for: its q
+ * over its caches and batch, by the decode kernel (one row, one head chunk). */
+static bool rope_is_for(const struct cuda_rope_pending *rp, const struct kt_tensor *q,
+			const struct kt_tensor *kc, const struct kt_tensor *vc,
+			const struct kt_batch *b, const att_call &c)
+{
+	const struct kt_rope_store_args *ra = &rp->args;
+	const struct kt_batch *rb = &rp->batch;
+
+	return q->data == ra->q->data && q->rows == 1 && kc->data == ra->kcache->data &&
+	       vc->data == ra->vcache->data && kc->rows == ra->kcache->rows &&
+	       vc->rows == ra->vcache->rows && c.n_heads == ra->n_heads &&
+	       c.n_kv == ra->n_kv_heads && c.D == ra->head_dim && b->n_single == 1 &&
+	       b->n_segments == 0 && b->pos.data == rb->pos.data &&
+	       b->seq.data == rb->seq.data && b->block_tables.data == rb->block_tables.data &&
+	       b->block_tables.rows == rb->block_tables.rows &&
+	       b->block_tables.cols == rb->block_tables.cols &&
+	       b->block_size == rb->block_size && kt_kv_block_rows(b) == kt_kv_block_rows(rb);
 }
 
 int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
@@ -324,10 +388,26 @@ int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const str
 	tc = cu->att_ready && !shape && kcache->dtype == KT_BF16 &&
 	     (head_dim == 64 || head_dim == 128) && (uintptr_t)c.kc % 16 == 0 &&
 	     (uintptr_t)c.vc % 16 == 0 && (uintptr_t)c.q % 8 == 0 && (uintptr_t)c.out.p % 16 == 0;
+	CU_CHECK(cu_keep_rope(cu));
+	if (cu->rope_pending.set && tc && rope_is_for(&cu->rope_pending, q, kcache, vcache, b, c)) {
+		cu->rope_pending.set = false;
+		rc = head_dim == 64 ? run_decode<64>(c, 1, b->max_kv_len, &cu->rope_pending)
+				    : run_decode<128>(c, 1, b->max_kv_len, &cu->rope_pending);
+		return rc;
+	}
 	CU_CHECK(cu_enter(cu));
 	if (!tc)
 		return run_generic(c, T, kcache->dtype, b->max_kv_len);
 	return head_dim == 64 ? run_tensor_cores<64>(c, b) : run_tensor_cores<128>(c, b);
+}
+
+bool cuda_decode_takes_rope(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			    const struct kt_batch *b)
+{
+	return cu->att_ready && a->q->rows == 1 && b->n_single == 1 && b->n_segments == 0 &&
+	       b->max_kv_len >= 1 && a->kcache->dtype == KT_BF16 &&
+	       (a->head_dim == 64 || a->head_dim == 128) && a->n_heads % a->n_kv_heads == 0 &&
+	       a->n_heads / a->n_kv_heads <= DEC_HEADS;
 }
 
 int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
@@ -340,6 +420,10 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 	CU_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, cu->device));
 	CU_CHECK((decode_setup<64, DEC_STAGES>()));
 	CU_CHECK((decode_setup<128, DEC_STAGES>()));
+	CU_CHECK((decode_setup<64, DEC_STAGES, float>()));
+	CU_CHECK((decode_setup<128, DEC_STAGES, float>()));
+	CU_CHECK((decode_setup<64, DEC_STAGES, __nv_bfloat16>()));
+	CU_CHECK((decode_setup<128, DEC_STAGES, __nv_bfloat16>()));
 	CU_CHECK((prefill_setup<64, PREFILL_64>()));
 	CU_CHECK((prefill_setup<128, PREFILL_128>()));
 	cu->att_slots64 = decode_slots<64, DEC_STAGES>(n_sms);

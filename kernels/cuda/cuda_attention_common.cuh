@@ -61,6 +61,20 @@ __device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64
 	return kv.bt + (int64_t)s * kv.bt_cols;
 }
 
+/* token_blocks() with the position and slot read through L2 only
+ * (ld.global.cg), for a kernel that reads them before its pdl_wait
+ * (cuda_attention_decode.cuh); *pos: the position. */
+__device__ __forceinline__ const int32_t *token_blocks_l2(const paged_kv &kv, int64_t t,
+							  int32_t max_pos, int32_t *pos)
+{
+	const int32_t p = __ldcg(kv.pos + t), s = __ldcg(kv.seq + t);
+
+	*pos = p;
+	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
+		return NULL;
+	return kv.bt + (int64_t)s * kv.bt_cols;
+}
+
 /* Check b for T tokens over caches kc and vc (shapes only: the values are on
  * the device) and describe it for the kernels (cuda_attention.cu). */
 int paged_kv_init(paged_kv *kv, const struct kt_batch *b, int64_t T, const struct kt_tensor *kc,
@@ -294,12 +308,14 @@ template <int D> __device__ __forceinline__ void warp_rows_finish(warp_rows<D> &
 /* Copy the K and V rows of keys [key0, key0 + ATT_TILE) of kv head kvh into
  * the shared tiles ks, vs (NT threads, thread tid). Keys at or past key_end
  * are zero-filled; a key in a block whose id is out of range too, and the
- * smallest such key goes to *bad_from (shared, atomicMin). */
+ * smallest such key goes to *bad_from (shared, atomicMin). Key `skip` (a
+ * decode row's own key, which the decode kernel puts in the tile itself) is
+ * checked but not copied: its rows in the tiles are left as they are. */
 template <int D, int NT>
 __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 					     const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
 					     const int32_t *blocks, const paged_kv &kv, int kvh,
-					     int key0, int key_end, int *bad_from)
+					     int key0, int key_end, int *bad_from, int skip = -1)
 {
 	constexpr int CPR = D / 8; /* 16-byte chunks per row */
 	constexpr int RB = att_geom<D>::row_bytes;
@@ -323,8 +339,10 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 				atomicMin(bad_from, j);
 			}
 		}
-		cp_async16(ks + row * RB + col * 16, kc + off, ok);
-		cp_async16(vs + row * RB + col * 16, vc + off, ok);
+		if (j != skip) {
+			cp_async16(ks + row * RB + col * 16, kc + off, ok);
+			cp_async16(vs + row * RB + col * 16, vc + off, ok);
+		}
 	}
 }
 

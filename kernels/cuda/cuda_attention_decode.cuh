@@ -30,13 +30,29 @@
  * (m, l) NaN, hence the row NaN. Either sets CUDA_FAULT_ATTENTION. A CTA
  * reads q only for its heads before any CTA writes those heads of out (the
  * merging CTA is the last of them), so out may be q.
+ *
+ * With a rope (RW not no_rope: a pending rope_store of one decode row that
+ * this launch takes, cuda_rope.cu), q is not read: each CTA ropes its own q
+ * heads from the row's q before rope into shared memory, through
+ * cuda_rope.cuh's rope_head, so they are the bits rope_store gives q. The
+ * CTA whose split holds the row's own key ropes its k head and puts the
+ * rounded k and v rows into the tile itself (load_kv_tile skips that key),
+ * and split 0's CTA of each kv head stores them in the cache for the steps
+ * after, with rope_store's faults; so every key a CTA reads is the bits the
+ * two launches gave it. The row's tables, the first K/V tiles of the keys
+ * before its own and the cos/sin table come before the PDL wait, while the
+ * q, k, v product still runs (cuda_pdl.cuh says why that is safe); after
+ * it, only the rope of q and k and the tiles are left.
  */
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
 
 #include <limits.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_attention_common.cuh"
+#include "kernels/cuda/cuda_rope.cuh"
 
 #define DEC_WARPS 4
 #define DEC_HEADS 16       /* q heads per CTA: the m16 rows of the tiles */
@@ -49,6 +65,21 @@
 #define DEC_OS_STRIDE(D) ((D) + 8)
 
 static_assert(DEC_MAX_SPLITS <= 64, "the merge weighs 2 splits per lane");
+
+/* The decode kernel's RW without a rope. */
+struct no_rope {};
+
+/* The rope_store a decode launch takes (RW: its norms' dtype). */
+struct decode_rope {
+	const float *q, *k, *v;       /* row t's heads before rope: q + t·ld_q [n_heads·D],
+				       * k and v + t·ld_kv [n_kv·D] */
+	int64_t ld_q, ld_kv;
+	__nv_bfloat16 *kc, *vc;       /* decode_args' caches, to store the row's k and v */
+	const float *inv_freq;        /* [n_pairs] */
+	const void *q_norm, *k_norm;  /* NULL or [D] of RW */
+	float eps;
+	int n_pairs;                  /* rotated pairs of a head: R/2 */
+};
 
 struct decode_args {
 	att_out out;                  /* [T, n_heads * D] (rows 0..rows-1 used) */
@@ -64,6 +95,7 @@ struct decode_args {
 	float2 *part_ml;  /* [rows, n_heads, splits]: (m, l); m NaN after a bad block id */
 	int *count;       /* [rows, n_kv * head_chunks]: splits done; 0 between launches */
 	unsigned *fault;
+	decode_rope rope; /* RW not no_rope: the rope taken (head_chunks 1) */
 };
 
 /* The launch shape of a decode step. */
@@ -194,16 +226,91 @@ __device__ __forceinline__ void decode_merge_splits(const decode_args &a, int t,
 	}
 }
 
-template <int D, int STAGES>
+/* Row t's k head kvh roped by one warp (kf: D floats of scratch): put
+ * into row_new (bf16 k then v, as the cache holds them) when row_new, and
+ * stored into the cache when store, at cache row `row` (-1: a bad block id,
+ * rope_store's fault). */
+template <int D, typename RW>
+__device__ __forceinline__ void decode_rope_k(const decode_args &a, int64_t t, int kvh,
+					      const float *cs, const float *sn, float *kf,
+					      __nv_bfloat16 *row_new, bool store, int64_t row)
+{
+	const decode_rope &rp = a.rope;
+	const int lane = threadIdx.x & 31, n_half = rp.n_pairs, tail = D - 2 * n_half;
+	const float *vh = rp.v + t * rp.ld_kv + (int64_t)kvh * D;
+	rope_regs r;
+
+	rope_head(rp.k + t * rp.ld_kv + (int64_t)kvh * D, kf, r, cs, sn, (const RW *)rp.k_norm,
+		  rp.eps, lane, n_half, tail);
+	if (row_new) {
+		rope_put_k(row_new, r, lane, n_half, tail);
+		for (int i = lane; i < D; i += 32)
+			narrow_to(&row_new[D + i], vh[i]);
+	}
+	if (!store)
+		return;
+	if (row < 0) {
+		if (lane == 0)
+			atomicOr(a.fault, CUDA_FAULT_KV_STORE);
+		return;
+	}
+	__nv_bfloat16 *kr = rp.kc + row * a.kv.row_len + (int64_t)kvh * D;
+	__nv_bfloat16 *vr = rp.vc + (kr - rp.kc);
+
+	rope_put_k(kr, r, lane, n_half, tail);
+	for (int i = lane; i < D; i += 32)
+		narrow_to(&vr[i], vh[i]);
+}
+
+/* rope_store's part of a row whose attention is NaN (its slot or position
+ * out of range), by every thread of split 0's CTA of kv head kvh: the
+ * faults, and the k and v stored where the cache row is in range. */
+template <int D, typename RW>
+__device__ __forceinline__ void decode_rope_bad_row(const decode_args &a, int64_t t, int kvh,
+						    float *cs, float *sn, float *kf)
+{
+	const int32_t p = a.kv.pos[t];
+	const int32_t *blocks;
+
+	if (!rope_table(cs, sn, p, a.rope.inv_freq, a.rope.n_pairs, a.fault,
+			CUDA_FAULT_ROPE | CUDA_FAULT_KV_STORE))
+		return;
+	if (threadIdx.x >= 32)
+		return;
+	blocks = token_blocks(a.kv, t, INT32_MAX);
+	decode_rope_k<D, RW>(a, t, kvh, cs, sn, kf, NULL, true,
+			     blocks ? cache_row(a.kv, blocks, p) : -1);
+}
+
+/* The row's own k and v (row_new) into row `row` of the ring stage at st. */
+template <int D>
+__device__ __forceinline__ void decode_put_row(unsigned char *st, int row,
+					       const __nv_bfloat16 *row_new)
+{
+	constexpr int CPR = D / 8; /* 16-byte chunks per row */
+
+	for (int c = threadIdx.x; c < 2 * CPR; c += DEC_WARPS * 32) {
+		const int is_v = c / CPR, col = c % CPR;
+		unsigned char *dst = st + is_v * att_geom<D>::tile_bytes +
+				     row * att_geom<D>::row_bytes + col * 16;
+
+		*(uint4 *)dst = *(const uint4 *)(row_new + is_v * D + col * 8);
+	}
+}
+
+template <int D, int STAGES, typename RW>
 __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 {
 	typedef decode_cfg<D, STAGES> cfg;
+	constexpr bool ROPE = !std::is_same<RW, no_rope>::value;
 	constexpr int SB = att_geom<D>::stage_bytes, TB = att_geom<D>::tile_bytes;
 	constexpr int RB = att_geom<D>::row_bytes;
 	extern __shared__ __align__(16) unsigned char att_smem[];
 	__shared__ float ms[DEC_WARPS][DEC_HEADS], ls[DEC_WARPS][DEC_HEADS];
 	__shared__ float wts[DEC_HEADS][DEC_MAX_SPLITS], inv_l[DEC_HEADS];
 	__shared__ int bad_from, last;
+	/* with a rope: the row's own k then v, as the cache holds them */
+	__shared__ __align__(16) __nv_bfloat16 row_new[ROPE ? 2 * D : 8];
 	const int t = blockIdx.x, split = blockIdx.z, hc = blockIdx.y % a.head_chunks;
 	const int kvh = blockIdx.y / a.head_chunks, h0 = kvh * a.group + hc * DEC_HEADS;
 	const int nh = min(DEC_HEADS, a.group - hc * DEC_HEADS);
@@ -212,12 +319,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	const uint32_t sm = smem_addr(att_smem);
 	/* [DEC_WARPS][DEC_HEADS][DEC_OS_STRIDE(D)] after the ring is done */
 	float *os = (float *)att_smem;
+	/* With a rope, in the ring's last stage until the loop first loads it:
+	 * the CTA's roped q heads [DEC_HEADS][D], the cos/sin table, a k head */
+	float *qs = (float *)(att_smem + (STAGES - 1) * SB), *cs = qs + DEC_HEADS * D;
+	float *sn = cs + CUDA_MAX_HEAD_DIM / 2, *kf = sn + CUDA_MAX_HEAD_DIM / 2;
+	static_assert((DEC_HEADS * D + CUDA_MAX_HEAD_DIM + D) * 4 <= SB, "rope area fits a stage");
 	warp_rows<D> w;
-	int len, start, end, n_tiles, n_act, r;
+	int len, start, end, n_tiles, n_act, r, own;
+	int32_t pos = 0;
+	const int32_t *blocks;
 
-	pdl_wait();
-	pdl_launch_dependents();
-	if (!token_blocks(a.kv, t, a.max_pos)) {
+	/* With a rope, the row's tables, the tiles of the keys before its own
+	 * and its cos/sin table come before the wait: the rope_store is left
+	 * for this launch only right after a product (cuda_rope.cu), which
+	 * writes none of them, and the ops before that product have finished
+	 * (cuda_pdl.cuh). */
+	if constexpr (ROPE) {
+		blocks = token_blocks_l2(a.kv, t, a.max_pos, &pos);
+	} else {
+		pdl_wait();
+		pdl_launch_dependents();
+		blocks = token_blocks(a.kv, t, a.max_pos);
+	}
+	if (!blocks) {
+		if constexpr (ROPE) {
+			pdl_wait();
+			pdl_launch_dependents();
+			if (split == 0 && hc == 0)
+				decode_rope_bad_row<D, RW>(a, t, kvh, cs, sn, kf);
+		}
 		if (split == 0)
 			for (int i = threadIdx.x; i < nh * D; i += cfg::threads)
 				a.out.put(at + i, NAN);
@@ -225,7 +355,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			atomicOr(a.fault, CUDA_FAULT_ATTENTION);
 		return;
 	}
-	len = a.kv.pos[t] + 1;
+	len = (ROPE ? pos : a.kv.pos[t]) + 1;
 	start = split * a.chunk;
 	if (start >= len)
 		return;
@@ -233,19 +363,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	n_act = (len + a.chunk - 1) / a.chunk;
 	n_tiles = (end - start + ATT_TILE - 1) / ATT_TILE;
 	r = lane >> 2;
-	warp_rows_init<D>(w, r < nh ? a.q + at + (int64_t)r * D : NULL,
-			  r + 8 < nh ? a.q + at + (int64_t)(r + 8) * D : NULL);
+	/* with a rope, the row's own key when this split holds it */
+	own = ROPE && end == len ? len - 1 : -1;
+	if constexpr (!ROPE)
+		warp_rows_init<D>(w, r < nh ? a.q + at + (int64_t)r * D : NULL,
+				  r + 8 < nh ? a.q + at + (int64_t)(r + 8) * D : NULL);
 	if (threadIdx.x == 0)
 		bad_from = INT_MAX;
 	__syncthreads();
 	{
-		const int32_t *blocks = a.kv.bt + (int64_t)a.kv.seq[t] * a.kv.bt_cols;
 		/* Keys of tile i into ring stage i % STAGES. */
 		const auto load = [&](int i) {
 			const uint32_t st = sm + (i % STAGES) * SB;
 
 			load_kv_tile<D, cfg::threads>(st, st + TB, a.kc, a.vc, blocks, a.kv, kvh,
-						      start + i * ATT_TILE, end, &bad_from);
+						      start + i * ATT_TILE, end, &bad_from, own);
 		};
 
 #pragma unroll
@@ -253,6 +385,32 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			if (i < n_tiles)
 				load(i);
 			cp_async_commit();
+		}
+		if constexpr (ROPE) {
+			const bool owner = split == 0 && hc == 0;
+			const int tasks = nh + (own >= 0 || owner ? 1 : 0);
+			const int n_half = a.rope.n_pairs;
+
+			/* the position is in range here: the table is made */
+			rope_table(cs, sn, len - 1, a.rope.inv_freq, n_half, a.fault, 0);
+			pdl_wait();
+			pdl_launch_dependents();
+			for (int task = warp; task < tasks; task += DEC_WARPS) {
+				rope_regs rr;
+
+				if (task < nh)
+					rope_head(a.rope.q + t * a.rope.ld_q + (int64_t)(h0 + task) * D,
+						  qs + task * D, rr, cs, sn, (const RW *)a.rope.q_norm,
+						  a.rope.eps, lane, n_half, D - 2 * n_half);
+				else
+					decode_rope_k<D, RW>(a, t, kvh, cs, sn, kf,
+							     own >= 0 ? row_new : NULL, owner,
+							     cache_row(a.kv, blocks, len - 1));
+			}
+			__syncthreads();
+			warp_rows_init<D>(w, r < nh ? qs + r * D : NULL,
+					  r + 8 < nh ? qs + (r + 8) * D : NULL);
+			__syncthreads(); /* qs is the stage the loop loads first */
 		}
 		for (int kt = 0; kt < n_tiles; kt++) {
 			const int kw = start + kt * ATT_TILE + 16 * warp;
@@ -262,6 +420,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 				load(kt + STAGES - 1);
 			cp_async_commit();
 			cp_async_wait<STAGES - 1>();
+			if (ROPE && own >= 0 && kt == n_tiles - 1)
+				decode_put_row<D>(att_smem + (kt % STAGES) * SB,
+						  own - (start + kt * ATT_TILE), row_new);
 			__syncthreads();
 			if (kw < end)
 				warp_attend<D, 16>(w, stg, stg + TB, kw, end - 1, end - 1, a.sl2);
@@ -322,9 +483,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	decode_merge_splits<D>(a, t, h0, nh, n_act, wts, inv_l, &last);
 }
 
-template <int D, int STAGES> static inline cudaError_t decode_setup(void)
+template <int D, int STAGES, typename RW = no_rope> static inline cudaError_t decode_setup(void)
 {
-	return cudaFuncSetAttribute(decode_kernel<D, STAGES>,
+	return cudaFuncSetAttribute(decode_kernel<D, STAGES, RW>,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    decode_cfg<D, STAGES>::smem);
 }
@@ -336,21 +497,22 @@ template <int D, int STAGES> static inline int decode_slots(int n_sms)
 
 	typedef decode_cfg<D, STAGES> cfg;
 
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<D, STAGES>,
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<D, STAGES, no_rope>,
 							  cfg::threads, cfg::smem))
 		per_sm = 1;
 	return (per_sm > 0 ? per_sm : 1) * n_sms;
 }
 
-/* Enqueue the decode of rows 0..rows-1 with a.splits, a.chunk, a.head_chunks set. */
-template <int D, int STAGES>
+/* Enqueue the decode of rows 0..rows-1 with a.splits, a.chunk, a.head_chunks
+ * set (and a.rope, head_chunks 1, unless RW is no_rope). */
+template <int D, int STAGES, typename RW = no_rope>
 static inline void decode_launch(bool pdl, const decode_args &a, int rows, int n_kv,
 				 cudaStream_t s)
 {
 	typedef decode_cfg<D, STAGES> cfg;
 	const dim3 grid((unsigned)rows, (unsigned)(n_kv * a.head_chunks), (unsigned)a.splits);
 
-	cu_launch(pdl, decode_kernel<D, STAGES>, grid, cfg::threads, cfg::smem, s, a);
+	cu_launch(pdl, decode_kernel<D, STAGES, RW>, grid, cfg::threads, cfg::smem, s, a);
 }
 
 #endif

@@ -42,7 +42,7 @@
  * takes that norm (cuda_gemv_norm.cuh) when it has at most
  * GEMV_NORM_MAX_BLOCKS blocks: its blocks norm the row themselves, and the
  * rmsnorm launch is gone. The entry points below therefore expect
- * only cu_device() of their callers, and call cu_enter() themselves when
+ * only cu_keep_norm() of their callers, and call cu_enter() themselves when
  * they do not take it.
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.

@@ -79,10 +79,11 @@ static int capture(struct cuda_backend *cu, struct cuda_graph_entry *g, int (*re
 
 	CU_CHECK(cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeThreadLocal));
 	rc = record(ctx);
-	/* a norm still pending belongs to the step: launched inside it */
-	if (!rc && cu->norm_pending.set && (e = cuda_norm_flush(cu)) != cudaSuccess)
-		rc = cuda_fail(e, "cuda_norm_flush", __FILE__, __LINE__);
+	/* a norm or rope_store still pending belongs to the step: launched inside it */
+	if (!rc && (e = cu_enter(cu)) != cudaSuccess)
+		rc = cuda_fail(e, "cu_enter", __FILE__, __LINE__);
 	cu->norm_pending.set = false;
+	cu->rope_pending.set = false;
 	e = cudaStreamEndCapture(cu->stream, &graph);
 	if (!rc && e != cudaSuccess)
 		rc = cuda_fail(e, "cudaStreamEndCapture", __FILE__, __LINE__);

@@ -97,6 +97,17 @@ struct cuda_norm_pending {
 	float eps;
 };
 
+/* A rope_store of one decode row that asked to run inside the attention
+ * after it (kt_rope_store_args.attend_next; cuda_rope.cu): that attention's
+ * decode kernel takes it (cuda_attention_decode.cuh); any other op first
+ * launches it as rope_store (cu_enter). args points into the copies here. */
+struct cuda_rope_pending {
+	bool set;
+	struct kt_rope_store_args args;
+	struct kt_tensor qkv, q, k, v, inv_freq, q_norm, k_norm, kcache, vcache;
+	struct kt_batch batch;       /* n_single 1, no segments */
+};
+
 struct cuda_backend {
 	struct kt_backend base;     /* first member: the engine's handle */
 	int device;                 /* CUDA device index */
@@ -124,6 +135,10 @@ struct cuda_backend {
 	uint64_t *sample_cand;      /* device [CUDA_SAMPLE_TOPK_ROWS, CUDA_SAMPLE_TOPK_CAND]:
 				     * a row's candidates, rank-ordered keys */
 	struct cuda_norm_pending norm_pending; /* set by rmsnorm_product, until the next op */
+	struct cuda_rope_pending rope_pending; /* set by rope_store, until the next op */
+	bool after_product;         /* the last op was a product (matmul, matmul_n,
+				     * matmul_swiglu), whose kernels write only its
+				     * outs: a rope_store may be left pending then */
 	unsigned *norm_count;       /* device [1]: a normed GEMV's blocks past their norm, 0 at rest */
 	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
 	int n_graphs, next_evict;
@@ -211,19 +226,46 @@ static inline bool cu_same_or_apart(const struct kt_tensor *a, const struct kt_t
 /* Launch the norm rmsnorm_product left pending, as rmsnorm (cuda_norm.cu). */
 cudaError_t cuda_norm_flush(struct cuda_backend *cu);
 
+/* Launch the rope_store left pending for an attention (cuda_rope.cu). */
+cudaError_t cuda_rope_flush(struct cuda_backend *cu);
+
 /* Make the backend's device current on the calling thread (the engine may
- * run ops on another thread than the one that opened the backend), keeping
- * a pending norm: only the products that may take it call this alone. */
+ * run ops on another thread than the one that opened the backend). */
 static inline cudaError_t cu_device(const struct cuda_backend *cu)
 {
 	return cudaSetDevice(cu->device);
 }
 
-/* What every op does first: the device current, then a pending norm
- * launched (its out is written before this op runs). */
-static inline cudaError_t cu_enter(struct cuda_backend *cu)
+/* What the products that may take a pending norm do first: the device
+ * current and a pending rope_store launched, the norm kept. */
+static inline cudaError_t cu_keep_norm(struct cuda_backend *cu)
 {
 	cudaError_t e = cu_device(cu);
+
+	cu->after_product = false;
+	if (e == cudaSuccess && cu->rope_pending.set)
+		e = cuda_rope_flush(cu);
+	return e;
+}
+
+/* What the attention, which may take a pending rope_store, does first: the
+ * device current and a pending norm launched, the rope_store kept. */
+static inline cudaError_t cu_keep_rope(struct cuda_backend *cu)
+{
+	cudaError_t e = cu_device(cu);
+
+	cu->after_product = false;
+	if (e == cudaSuccess && cu->norm_pending.set)
+		e = cuda_norm_flush(cu);
+	return e;
+}
+
+/* What every op does first: the device current, then a pending rope_store
+ * or norm launched (what it writes is written before this op runs). At
+ * most one is pending: each is left by an op that called this first. */
+static inline cudaError_t cu_enter(struct cuda_backend *cu)
+{
+	cudaError_t e = cu_keep_norm(cu);
 
 	if (e == cudaSuccess && cu->norm_pending.set)
 		e = cuda_norm_flush(cu);
@@ -325,6 +367,11 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
 		       const struct kt_tensor *gu, const struct kt_tensor *x,
 		       const struct kt_tensor *w);
+/* Whether the decode attention can take rope_store a over b (checked by
+ * rope_store_takes already) inside its blocks: one decode row, a bf16
+ * cache, head_dim 64 or 128, a GQA group of at most one CTA's heads. */
+bool cuda_decode_takes_rope(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			    const struct kt_batch *b);
 int cuda_attention(struct kt_backend *be, const struct kt_tensor *out, const struct kt_tensor *q,
 		   const struct kt_tensor *kcache, const struct kt_tensor *vcache,
 		   const struct kt_batch *b, int n_heads, int n_kv_heads, int head_dim,

@@ -27,7 +27,7 @@
  * matmul_n (the products of one x): one GEMV launch when the GEMV takes
  * every weight, else the products one after another.
  *
- * The GEMV paths call cu_device() only: a norm that rmsnorm_product left
+ * The GEMV paths call cu_keep_norm() only: a norm that rmsnorm_product left
  * pending for this x is theirs to take (cuda_gemv.cu); every other path
  * launches it first (cu_enter).
  *
@@ -158,8 +158,19 @@ static bool matmul_args_ok(const struct kt_tensor *y, const struct kt_tensor *x,
 	return !cu_overlap(y, x) && !cu_overlap(y, w);
 }
 
-int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
-		const struct kt_tensor *w, const struct kt_tensor *bias)
+/* After a product's call: cu->after_product set when it launched, cleared
+ * when it failed, and left as it was when it had nothing to do (the op
+ * before it is still the last). */
+static void product_done(struct cuda_backend *cu, int rc, bool launched)
+{
+	if (rc)
+		cu->after_product = false;
+	else if (launched)
+		cu->after_product = true;
+}
+
+static int matmul_run(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		      const struct kt_tensor *w, const struct kt_tensor *bias)
 {
 	struct cuda_backend *cu = cu_of(be);
 	int64_t T, K, N;
@@ -172,7 +183,7 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	N = w->rows;
 	if (!T || !N)
 		return 0;
-	CU_CHECK(cu_device(cu));
+	CU_CHECK(cu_keep_norm(cu));
 	if (K && cuda_gemv_takes(x, w))
 		return cuda_gemv(cu, y, x, w, bias);
 	CU_CHECK(cu_enter(cu));
@@ -197,9 +208,18 @@ int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct k
 	return add_bias(cu, y, bias);
 }
 
-int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
-		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
-		  const struct kt_tensor *const *biases)
+int cuda_matmul(struct kt_backend *be, const struct kt_tensor *y, const struct kt_tensor *x,
+		const struct kt_tensor *w, const struct kt_tensor *bias)
+{
+	int rc = matmul_run(be, y, x, w, bias);
+
+	product_done(cu_of(be), rc, x->rows > 0 && w->rows > 0);
+	return rc;
+}
+
+static int matmul_n_run(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+			const struct kt_tensor *x, const struct kt_tensor *const *ws,
+			const struct kt_tensor *const *biases)
 {
 	struct cuda_backend *cu = cu_of(be);
 
@@ -209,7 +229,7 @@ int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *y
 		if (!ys[i] || !ws[i] || !matmul_args_ok(ys[i], x, ws[i], biases ? biases[i] : NULL))
 			return -EINVAL;
 	if (x->rows && x->cols && cuda_gemv_n_takes(n, x, ws, biases)) {
-		CU_CHECK(cu_device(cu));
+		CU_CHECK(cu_keep_norm(cu));
 		return cuda_gemv_n(cu, n, ys, x, ws, biases);
 	}
 	/* every product below reads x: a pending norm is written out first */
@@ -223,9 +243,22 @@ int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *y
 	return 0;
 }
 
-int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
-		       const struct kt_tensor *gu, const struct kt_tensor *x,
-		       const struct kt_tensor *w)
+int cuda_matmul_n(struct kt_backend *be, int n, const struct kt_tensor *const *ys,
+		  const struct kt_tensor *x, const struct kt_tensor *const *ws,
+		  const struct kt_tensor *const *biases)
+{
+	int rc = matmul_n_run(be, n, ys, x, ws, biases);
+	bool launched = false;
+
+	for (int i = 0; !rc && i < n; i++)
+		launched = launched || (x->rows > 0 && ws[i]->rows > 0);
+	product_done(cu_of(be), rc, launched);
+	return rc;
+}
+
+static int matmul_swiglu_run(struct kt_backend *be, const struct kt_tensor *act,
+			     const struct kt_tensor *gu, const struct kt_tensor *x,
+			     const struct kt_tensor *w)
 {
 	struct cuda_backend *cu = cu_of(be);
 	int rc;
@@ -235,10 +268,20 @@ int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
 	    !cu_shape(act, act->dtype, x->rows, w->rows / 2) || w->rows % 2)
 		return -EINVAL;
 	if (x->rows && x->cols && w->rows / 2 <= CUDA_SWIGLU_FUSE_MAX_I && cuda_gemv_takes(x, w)) {
-		CU_CHECK(cu_device(cu));
+		CU_CHECK(cu_keep_norm(cu));
 		return cuda_gemv_swiglu(cu, act, x, w);
 	}
 	if ((rc = cuda_matmul(be, gu, x, w, NULL)))
 		return rc;
 	return cuda_swiglu(be, act, gu, NULL);
+}
+
+int cuda_matmul_swiglu(struct kt_backend *be, const struct kt_tensor *act,
+		       const struct kt_tensor *gu, const struct kt_tensor *x,
+		       const struct kt_tensor *w)
+{
+	int rc = matmul_swiglu_run(be, act, gu, x, w);
+
+	product_done(cu_of(be), rc, x->rows > 0 && w->rows > 0);
+	return rc;
 }

@@ -12,7 +12,13 @@
  *     table and output. Only weights (written at load, before any step) may
  *     be read before it. pdl_wait() returns once the kernel before has
  *     finished and its writes are visible, which by induction holds for every
- *     op before it on the stream.
+ *     op before it on the stream. One kernel reads more before it: the
+ *     decode attention that runs a rope_store (cuda_attention_decode.cuh)
+ *     reads the step's tables and the keys before its row's, through L2
+ *     only. It is launched so only right after a product, which writes
+ *     neither, and when a kernel is placed every op before the kernel
+ *     right before it has finished (that kernel has passed its pdl_wait,
+ *     by the next rule).
  *   - pdl_launch_dependents() comes after pdl_wait(): the next kernel's
  *     blocks may then be placed as soon as every block of this one has
  *     passed it, which keeps at most two kernels on the multiprocessors, the

@@ -39,6 +39,17 @@
  * leaves the token alone; a bad slot or block id ropes q and k and stores
  * nothing, with CUDA_FAULT_KV_STORE. Calls the kernel does not take (norms
  * of two dtypes, one norm) run the three ops.
+ *
+ * A rope_store with attend_next that the decode attention can take (one
+ * decode row; cuda_decode_takes_rope), called right after a product (the
+ * q, k, v product: cu->after_product), launches nothing: it waits in
+ * cu->rope_pending, and the attention after it ropes the row in its own
+ * blocks (cuda_attention_decode.cuh) through this file's rope_head, which
+ * cuda_rope.cuh shares. At one row a decode step spent about 4 us a layer
+ * on this launch alone on an H100, nearly all of it the chain of dependent
+ * memory round trips after its wait. The product before is what lets that
+ * kernel read the row's tables and older keys before its wait: a product
+ * writes neither. Any other op launches the pending one first (cu_enter).
  */
 #include <errno.h>
 
@@ -47,130 +58,7 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
-
-/* Pairs a lane holds: R/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
-#define ROPE_PAIRS (CUDA_MAX_HEAD_DIM / 64)
-/* Unrotated dims a lane holds: D - R < CUDA_MAX_HEAD_DIM spread over 32 lanes. */
-#define ROPE_TAIL (CUDA_MAX_HEAD_DIM / 32)
-
-/* Normalise one head held as pairs (a[j], b[j]) = (x[i], x[i + R/2]),
- * i = lane + 32·j < n_pairs = R/2, and the tail c[j] = x[R + lane + 32·j]
- * of n_tail = D - R dims, as cpu_rmsnorm does a row of D. */
-template <typename W>
-__device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROPE_PAIRS],
-					  float (&c)[ROPE_TAIL], const W *w, int lane,
-					  int n_pairs, int n_tail, float eps)
-{
-	const int R = 2 * n_pairs;
-	double ss = 0.0;
-	float inv;
-
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++)
-		if (lane + 32 * j < n_pairs)
-			ss += (double)a[j] * a[j] + (double)b[j] * b[j];
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++)
-		if (lane + 32 * j < n_tail)
-			ss += (double)c[j] * c[j];
-	ss = warp_reduce(ss, op_sum());
-	inv = 1.0f / sqrtf((float)(ss / (double)(R + n_tail)) + eps);
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < n_pairs) {
-			a[j] = widen(w[i]) * (a[j] * inv);
-			b[j] = widen(w[i + n_pairs]) * (b[j] * inv);
-		}
-	}
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < n_tail)
-			c[j] = widen(w[R + i]) * (c[j] * inv);
-	}
-}
-
-/* One head's values in a warp's registers: lane l holds the pairs
- * (a[j], b[j]) = (x[i], x[i + R/2]), i = l + 32·j, and the tail dims c[j] =
- * x[R + l + 32·j]. */
-struct rope_regs {
-	float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
-};
-
-/* The head at src (D = 2·half + tail dims) loaded into r, normalised when
- * norm_w, rotated by the block's cos/sin table and written to dst (src, or
- * a head of its own); r holds what was written. */
-template <typename W>
-__device__ __forceinline__ void rope_head(const float *src, float *dst, rope_regs &r,
-					  const float *cs, const float *sn, const W *norm_w,
-					  float eps, int lane, int n_half, int tail)
-{
-	const float *xa = src, *xb = src + n_half, *xc = src + 2 * n_half;
-	float *da = dst, *db = dst + n_half, *dc = dst + 2 * n_half;
-
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		r.a[j] = i < n_half ? xa[i] : 0.0f;
-		r.b[j] = i < n_half ? xb[i] : 0.0f;
-	}
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
-		const int i = lane + 32 * j;
-
-		r.c[j] = i < tail ? xc[i] : 0.0f;
-	}
-	if (norm_w)
-		norm_head(r.a, r.b, r.c, norm_w, lane, n_half, tail, eps);
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < n_half) {
-			const float a = r.a[j], b = r.b[j];
-
-			r.a[j] = __fmul_rn(a, cs[i]) - __fmul_rn(b, sn[i]);
-			r.b[j] = __fmul_rn(b, cs[i]) + __fmul_rn(a, sn[i]);
-			da[i] = r.a[j];
-			db[i] = r.b[j];
-		}
-	}
-	/* In place, the tail changes only when the norm scaled it. */
-	if (norm_w || dst != src) {
-#pragma unroll
-		for (int j = 0; j < ROPE_TAIL; j++) {
-			const int i = lane + 32 * j;
-
-			if (i < tail)
-				dc[i] = r.c[j];
-		}
-	}
-}
-
-/* cos and sin of position p's angles into the block's tables; false (and
- * the rope fault) for a negative position. Ends with a barrier. */
-__device__ __forceinline__ bool rope_table(float *cs, float *sn, int32_t p,
-					   const float *inv_freq, int n_half, unsigned *fault,
-					   unsigned fault_bits)
-{
-	if (p < 0) {
-		if (threadIdx.x == 0)
-			atomicOr(fault, fault_bits);
-		return false;
-	}
-	for (int i = threadIdx.x; i < n_half; i += blockDim.x) {
-		float angle = (float)p * inv_freq[i];
-
-		cs[i] = cosf(angle);
-		sn[i] = sinf(angle);
-	}
-	__syncthreads();
-	return true;
-}
+#include "kernels/cuda/cuda_rope.cuh"
 
 /* n_pairs = R/2 rotated pairs of each head of D dims. */
 template <typename W>
@@ -255,22 +143,7 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 
 	CT *kr = a.kc + row * a.kv.row_len + (int64_t)kh * a.D, *vr = a.vc + (kr - a.kc);
 
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < half) {
-			narrow_to(&kr[i], r.a[j]);
-			narrow_to(&kr[i + half], r.b[j]);
-		}
-	}
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < tail)
-			narrow_to(&kr[2 * half + i], r.c[j]);
-	}
+	rope_put_k(kr, r, lane, half, tail);
 	for (int i = lane; i < a.D; i += 32)
 		narrow_to(&vr[i], vh[i]);
 }
@@ -379,6 +252,47 @@ static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rop
 		launch_rope_store<W, float>(cu, a, kv);
 }
 
+static void launch_rope_store(const struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			      const paged_kv &kv)
+{
+	if (a->q_norm && a->q_norm->dtype == KT_BF16)
+		launch_rope_store<__nv_bfloat16>(cu, a, kv);
+	else
+		launch_rope_store<float>(cu, a, kv);
+}
+
+/* Leave the call pending for the attention after it: copies of its
+ * tensors, which its args then point to. */
+static void defer_rope_store(struct cuda_backend *cu, const struct kt_rope_store_args *a,
+			     const struct kt_batch *b)
+{
+	struct cuda_rope_pending *p = &cu->rope_pending;
+	const struct kt_tensor none = {};
+
+	p->args = *a;
+	p->qkv = a->qkv ? *a->qkv : none;
+	p->q = *a->q;
+	p->k = *a->k;
+	p->v = *a->v;
+	p->inv_freq = *a->inv_freq;
+	p->q_norm = a->q_norm ? *a->q_norm : none;
+	p->k_norm = a->k_norm ? *a->k_norm : none;
+	p->kcache = *a->kcache;
+	p->vcache = *a->vcache;
+	p->args.qkv = a->qkv ? &p->qkv : NULL;
+	p->args.q = &p->q;
+	p->args.k = &p->k;
+	p->args.v = &p->v;
+	p->args.inv_freq = &p->inv_freq;
+	p->args.q_norm = a->q_norm ? &p->q_norm : NULL;
+	p->args.k_norm = a->k_norm ? &p->k_norm : NULL;
+	p->args.kcache = &p->kcache;
+	p->args.vcache = &p->vcache;
+	p->batch = *b;
+	p->batch.segments = NULL;
+	p->set = true;
+}
+
 /* q, k and v taken out of the rows of a->qkv (the three ops' way). */
 static int unpack_qkv(struct cuda_backend *cu, const struct kt_rope_store_args *a)
 {
@@ -409,6 +323,7 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 {
 	struct cuda_backend *cu = cu_of(be);
 	paged_kv kv;
+	bool after_product;
 	int rc;
 
 	if (!rope_store_takes(cu, a, b, &kv)) {
@@ -423,11 +338,25 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 	}
 	if (!a->q->rows)
 		return 0;
+	after_product = cu->after_product;
 	CU_CHECK(cu_enter(cu));
-	if (a->q_norm && a->q_norm->dtype == KT_BF16)
-		launch_rope_store<__nv_bfloat16>(cu, a, kv);
-	else
-		launch_rope_store<float>(cu, a, kv);
+	if (a->attend_next && after_product && cuda_decode_takes_rope(cu, a, b)) {
+		defer_rope_store(cu, a, b);
+		return 0;
+	}
+	launch_rope_store(cu, a, kv);
 	CU_LAUNCHED();
 	return 0;
+}
+
+cudaError_t cuda_rope_flush(struct cuda_backend *cu)
+{
+	struct cuda_rope_pending *p = &cu->rope_pending;
+	paged_kv kv;
+
+	p->set = false;
+	if (paged_kv_init(&kv, &p->batch, p->k.rows, &p->kcache, &p->vcache))
+		return cudaErrorInvalidValue; /* checked when it was left pending */
+	launch_rope_store(cu, &p->args, kv);
+	return cudaGetLastError();
 }

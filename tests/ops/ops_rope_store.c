@@ -23,7 +23,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tests/ops/ops_paged.h"
+#include "tests/ops/ops_rope_in.h"
 
 enum rs_norm { RS_NONE, RS_F32, RS_BF16, RS_Q_ONLY };
 
@@ -34,11 +34,6 @@ struct rs_params {
 	bool packed; /* q, k and v given as the rows of one qkv tensor (k and v scratch) */
 };
 
-struct rs_in {
-	struct paged_world world;
-	float *k, *v;         /* the step's k and v rows [T, C] before rope */
-	float *inv, *qn, *kn; /* inv_freq [rot / 2], the norms' weights [D] */
-};
 
 struct rs_out {
 	int rc, rc_q, rc_k, rc_store;
@@ -56,25 +51,9 @@ static int rs_rot(const struct rs_params *p)
 static void *rs_build(struct op_run *r, const void *params, const struct op_backend *target)
 {
 	const struct rs_params *p = params;
-	struct rs_in *in = op_alloc(r, sizeof(*in));
-	const int R = rs_rot(p), D = p->w.D;
-	size_t n;
+	struct rope_in *in = op_alloc(r, sizeof(*in));
 
-	paged_build(r, &in->world, &p->w, target);
-	n = (size_t)in->world.step.T * in->world.C;
-	in->k = op_floats(r, n);
-	in->v = op_floats(r, n);
-	op_fill(r, in->k, n, p->w.kmag);
-	op_fill(r, in->v, n, 1.0f);
-	in->inv = op_floats(r, (size_t)R / 2);
-	for (int i = 0; i < R / 2; i++)
-		in->inv[i] = (float)pow(1e6, -2.0 * i / R);
-	in->qn = op_floats(r, (size_t)D);
-	in->kn = op_floats(r, (size_t)D);
-	for (int i = 0; i < D; i++) {
-		in->qn[i] = op_bf16_value(op_bf16_bits((float)op_uniform(r, 0.5, 1.5)));
-		in->kn[i] = op_bf16_value(op_bf16_bits((float)op_uniform(r, 0.5, 1.5)));
-	}
+	rope_in_build(r, in, &p->w, p->rot, target);
 	return in;
 }
 
@@ -87,7 +66,7 @@ struct rs_dev {
 };
 
 static struct rs_dev rs_setup(struct op_run *r, const struct op_backend *b,
-			      const struct rs_in *in, bool poisoned)
+			      const struct rope_in *in, bool poisoned)
 {
 	const struct paged_world *w = &in->world;
 	struct rs_dev s;
@@ -102,35 +81,17 @@ static struct rs_dev rs_setup(struct op_run *r, const struct op_backend *b,
 	return s;
 }
 
-/* The step's q, k and v rows side by side, as one product of the stacked
- * weights gives them. */
-static float *rs_packed(struct op_run *r, const struct rs_in *in)
-{
-	const struct paged_world *w = &in->world;
-	const size_t ld = (size_t)w->QC + 2 * (size_t)w->C;
-	float *qkv = op_floats(r, (size_t)w->step.T * ld);
-
-	for (int t = 0; t < w->step.T; t++) {
-		float *row = qkv + (size_t)t * ld;
-
-		memcpy(row, w->q + (size_t)t * w->QC, (size_t)w->QC * sizeof(float));
-		memcpy(row + w->QC, in->k + (size_t)t * w->C, (size_t)w->C * sizeof(float));
-		memcpy(row + w->QC + w->C, in->v + (size_t)t * w->C, (size_t)w->C * sizeof(float));
-	}
-	return qkv;
-}
-
 static void *rs_run(struct op_run *r, const void *params, const void *input,
 		    const struct op_backend *b)
 {
 	const struct rs_params *p = params;
-	const struct rs_in *in = input;
+	const struct rope_in *in = input;
 	const struct paged_world *w = &in->world;
 	const enum kt_dtype ndt = p->norm == RS_BF16 ? KT_BF16 : KT_F32;
 	struct rs_out *o = op_alloc(r, sizeof(*o));
 	struct rs_dev one = rs_setup(r, b, in, p->packed), three = rs_setup(r, b, in, false);
 	struct kt_tensor qkv = op_tensor(r, b, KT_F32, w->step.T, w->QC + 2 * w->C,
-					 p->packed ? rs_packed(r, in) : NULL);
+					 p->packed ? rope_in_packed(r, in) : NULL);
 	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, rs_rot(p) / 2, in->inv);
 	struct kt_tensor qn = ndt == KT_BF16 ? op_weight_bf16(r, b, in->qn, 1, p->w.D)
 					    : op_weight(r, b, KT_F32, in->qn, 1, p->w.D);
@@ -164,7 +125,7 @@ static void rs_check(struct op_run *r, const void *params, const void *input, co
 		     const void *cpu)
 {
 	const struct rs_params *p = params;
-	const struct rs_in *in = input;
+	const struct rope_in *in = input;
 	const struct paged_world *w = &in->world;
 	const struct rs_out *g = got, *c = cpu;
 	const size_t nq = (size_t)w->step.T * w->QC, nk = (size_t)w->step.T * w->C;

@@ -43,6 +43,7 @@
 	X(ops_matmul_swiglu) \
 	X(ops_norm_product) \
 	X(ops_rope_store) \
+	X(ops_rope_attend) \
 	X(ops_rope) \
 	X(ops_attention) \
 	X(ops_attention_faults) \

@@ -116,6 +116,7 @@ static int attention_block(struct model *m, int l, const struct model_step *s, i
 		.q_norm = c->qk_norm ? &w->q_norm : NULL, .k_norm = c->qk_norm ? &w->k_norm : NULL,
 		.kcache = &s->kcache[cache], .vcache = &s->vcache[cache],
 		.n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .eps = c->rms_norm_eps,
+		.attend_next = true,
 	};
 
 	if (w->wqkv.data)

@@ -100,6 +100,7 @@ int hybrid_attention_block(struct model *m, int l, const struct model_step *s,
 		.q_norm = &w->q_norm, .k_norm = &w->k_norm,
 		.kcache = &s->kcache[cache], .vcache = &s->vcache[cache],
 		.n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .eps = c->rms_norm_eps,
+		.attend_next = true,
 	};
 
 	TRY(model_project_n(be, b, 4, ys, xn, ws, NULL));
