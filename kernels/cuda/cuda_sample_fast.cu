@@ -11,10 +11,13 @@
  * block alone makes), writes it and sets the count back to 0.
  *
  * Rows greedy or of a top_k of at most TOPK_MAX_K (topk_kernel; the
- * sessions' default top_k is 40): a block a chunk of TOPK_CHUNK logits sorts
- * its (key, ~id) values in shared memory and leaves its top_k first in
- * cu->sample_cand, which hold the row's top_k first among them; the row's
- * last block sorts those and draws from them in one thread (topk_pick:
+ * sessions' default top_k is 40): a block a chunk of TOPK_CHUNK logits
+ * selects its top_k (key, ~id) values in rank order (topk_desc: the keys at
+ * or above a threshold that keeps at least top_k of them, sorted in shared
+ * memory; a sort of all 4,096 made 64 rows of 38 blocks cost Qwen3-0.6B a
+ * quarter of its batch-64 rate) and leaves them in cu->sample_cand, which
+ * hold the row's top_k first among them; the row's last block selects those
+ * the same way and draws from them in one thread (topk_pick:
  * sample_row's sets and bounds over a list of at most TOPK_MAX_K). The
  * one-block radix selection took 9 to 13 passes over the row, 40-50 us
  * each: about 0.6 ms a step at any batch (docs/perf.md).
@@ -94,6 +97,59 @@ __device__ void sort_desc(uint64_t *v, int n)
 		}
 }
 
+/* The k largest of n keys (k <= TOPK_MAX_K, n <= TOPK_CAND, unique but
+ * for 0s), sorted into v[0, k) in descending order, by the block: key i is
+ * key(i), read once. Each thread keeps its keys i = tid + SAMPLE_THREADS·j
+ * in registers; the k-th largest of the threads' maxima, t, has at least k
+ * keys at or above it (those maxima), so the k largest are among the keys
+ * >= t. Those (a few more than k for logits: about 42 for k = 40 of 4,096)
+ * are gathered into v and sorted, instead of all n: the same k keys in the
+ * same order as a sort of all n. maxes: SAMPLE_THREADS of shared scratch. */
+template <typename F>
+__device__ void topk_desc(uint64_t *v, int n, int k, uint64_t *maxes, int *count, const F &key)
+{
+	constexpr int J = TOPK_CAND / SAMPLE_THREADS;
+	uint64_t x[J], m = 0, t;
+	int c, p = 1;
+
+	static_assert(TOPK_MAX_K <= SAMPLE_THREADS, "the threshold is one of the maxima");
+#pragma unroll
+	for (int j = 0; j < J; j++) {
+		const int i = (int)threadIdx.x + j * SAMPLE_THREADS;
+
+		x[j] = i < n ? key(i) : 0;
+		m = x[j] > m ? x[j] : m;
+	}
+	maxes[threadIdx.x] = m;
+	if (threadIdx.x == 0)
+		*count = 0;
+	__syncthreads();
+	sort_desc(maxes, SAMPLE_THREADS);
+	t = maxes[k - 1];
+#pragma unroll
+	for (int j = 0; j < J; j++) {
+		const bool in = x[j] >= t && x[j] != 0;
+		const unsigned ballot = __ballot_sync(FULL_WARP, in);
+		const int lane = threadIdx.x & 31;
+		const int leader = ballot ? __ffs(ballot) - 1 : 0;
+		int base = 0;
+
+		if (ballot && lane == leader)
+			base = atomicAdd(count, __popc(ballot));
+		base = __shfl_sync(FULL_WARP, base, leader);
+		if (in)
+			v[base + __popc(ballot & ((1u << lane) - 1u))] = x[j];
+	}
+	__syncthreads();
+	c = *count;
+	while (p < c || p < k)
+		p <<= 1;
+	for (int i = c + (int)threadIdx.x; i < p; i += SAMPLE_THREADS)
+		v[i] = 0;
+	__syncthreads();
+	sort_desc(v, p);
+}
+
 /* sample_row's pick for a row of q whose k first tokens of rank order are
  * c[0, k) ((key, ~id), rank order; k = q.top_k < V, or 1 for a greedy row),
  * as one thread: the same sets and bounds, with the running masses summed
@@ -144,7 +200,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	topk_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids,
 		    uint64_t *cand, unsigned *count)
 {
-	__shared__ uint64_t v[TOPK_CAND];
+	__shared__ uint64_t v[TOPK_CAND], maxes[SAMPLE_THREADS];
+	__shared__ int count_in;
 	__shared__ bool last;
 	const int row = blockIdx.y;
 	const kt_sample_row q = rows[row];
@@ -154,12 +211,11 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	uint64_t *rc = cand + (int64_t)row * TOPK_CAND;
 
 	static_assert(TOPK_CHUNK <= TOPK_CAND, "a chunk sorts in the row's buffer");
-	for (int i = threadIdx.x; i < TOPK_CHUNK; i += blockDim.x)
-		v[i] = lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
+	topk_desc(v, TOPK_CHUNK, k, maxes, &count_in, [&](int i) {
+		return lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
 					    (0xffffffffu - (uint32_t)(lo + i))
-				  : 0;
-	__syncthreads();
-	sort_desc(v, TOPK_CHUNK);
+				  : (uint64_t)0;
+	});
 	for (int i = threadIdx.x; i < k; i += blockDim.x)
 		rc[blockIdx.x * k + i] = v[i];
 	__syncthreads();
@@ -170,16 +226,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	__syncthreads();
 	if (!last)
 		return;
-	const int n = k * (int)gridDim.x;
-	int p = 1;
-
-	while (p < n)
-		p <<= 1;
 	__threadfence();
-	for (int i = threadIdx.x; i < p; i += blockDim.x)
-		v[i] = i < n ? __ldcg(rc + i) : 0;
-	__syncthreads();
-	sort_desc(v, p);
+	topk_desc(v, k * (int)gridDim.x, k, maxes, &count_in,
+		  [&](int i) { return __ldcg(rc + i); });
 	if (threadIdx.x == 0) {
 		ids[row] = topk_pick(v, k, q);
 		count[row] = 0;
