@@ -49,16 +49,22 @@ struct paged_kv {
 	int block_rows;           /* cache rows from one block to the next (kt_kv_block_rows) */
 };
 
+/* The blocks of slot s for position p, or NULL when either is out of
+ * range (position at most max_pos). */
+__device__ __forceinline__ const int32_t *slot_blocks(const paged_kv &kv, int32_t s, int32_t p,
+						      int32_t max_pos)
+{
+	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
+		return NULL;
+	return kv.bt + (int64_t)s * kv.bt_cols;
+}
+
 /* Token t's sequence blocks, or NULL when its slot or position is out of
  * range (position at most max_pos). */
 __device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64_t t,
 						       int32_t max_pos)
 {
-	const int32_t p = kv.pos[t], s = kv.seq[t];
-
-	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
-		return NULL;
-	return kv.bt + (int64_t)s * kv.bt_cols;
+	return slot_blocks(kv, kv.seq[t], kv.pos[t], max_pos);
 }
 
 /* token_blocks() with the position and slot read through L2 only
@@ -67,12 +73,8 @@ __device__ __forceinline__ const int32_t *token_blocks(const paged_kv &kv, int64
 __device__ __forceinline__ const int32_t *token_blocks_l2(const paged_kv &kv, int64_t t,
 							  int32_t max_pos, int32_t *pos)
 {
-	const int32_t p = __ldcg(kv.pos + t), s = __ldcg(kv.seq + t);
-
-	*pos = p;
-	if (s < 0 || s >= kv.bt_rows || p < 0 || p > max_pos || p / kv.bs >= kv.bt_cols)
-		return NULL;
-	return kv.bt + (int64_t)s * kv.bt_cols;
+	*pos = __ldcg(kv.pos + t);
+	return slot_blocks(kv, __ldcg(kv.seq + t), *pos, max_pos);
 }
 
 /* Check b for T tokens over caches kc and vc (shapes only: the values are on

@@ -10,6 +10,7 @@ void rope_in_build(struct op_run *r, struct rope_in *in, const struct paged_para
 	const int R = rot ? rot : p->D, D = p->D;
 	size_t n;
 
+	in->R = R;
 	paged_build(r, &in->world, p, target);
 	n = (size_t)in->world.step.T * in->world.C;
 	in->k = op_floats(r, n);

@@ -10,7 +10,8 @@
 struct rope_in {
 	struct paged_world world;
 	float *k, *v;         /* the step's k and v rows [T, C] before rope */
-	float *inv, *qn, *kn; /* inv_freq [rot / 2], the norms' weights [D] (bf16 values) */
+	float *inv, *qn, *kn; /* inv_freq [R / 2], the norms' weights [D] (bf16 values) */
+	int R;                /* rotated dims of a head */
 };
 
 /* The inputs of a case: the world of p, rot rotated dims a head (0: all). */

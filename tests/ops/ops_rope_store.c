@@ -43,11 +43,6 @@ struct rs_out {
 
 static const float rs_eps = 1e-6f;
 
-static int rs_rot(const struct rs_params *p)
-{
-	return p->rot ? p->rot : p->w.D;
-}
-
 static void *rs_build(struct op_run *r, const void *params, const struct op_backend *target)
 {
 	const struct rs_params *p = params;
@@ -92,7 +87,7 @@ static void *rs_run(struct op_run *r, const void *params, const void *input,
 	struct rs_dev one = rs_setup(r, b, in, p->packed), three = rs_setup(r, b, in, false);
 	struct kt_tensor qkv = op_tensor(r, b, KT_F32, w->step.T, w->QC + 2 * w->C,
 					 p->packed ? rope_in_packed(r, in) : NULL);
-	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, rs_rot(p) / 2, in->inv);
+	struct kt_tensor inv = op_tensor(r, b, KT_F32, 1, in->R / 2, in->inv);
 	struct kt_tensor qn = ndt == KT_BF16 ? op_weight_bf16(r, b, in->qn, 1, p->w.D)
 					    : op_weight(r, b, KT_F32, in->qn, 1, p->w.D);
 	struct kt_tensor kn = ndt == KT_BF16 ? op_weight_bf16(r, b, in->kn, 1, p->w.D)
