@@ -22,6 +22,7 @@
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_COMMON_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_COMMON_CUH
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -322,28 +323,42 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 	constexpr int CPR = D / 8; /* 16-byte chunks per row */
 	constexpr int RB = att_geom<D>::row_bytes;
 
+	constexpr int N = ATT_TILE * CPR / NT; /* chunks per thread */
 	static_assert(ATT_TILE * CPR % NT == 0, "whole chunks per thread");
+	int64_t off[N];
+	int bad = INT_MAX;
+
+	/* Every block id first, then the copies: a copy is a compiler barrier
+	 * (cuda_async.cuh), and a block id read after one would wait a round
+	 * trip of its own. */
 #pragma unroll
-	for (int i = 0; i < ATT_TILE * CPR / NT; i++) {
+	for (int i = 0; i < N; i++) {
 		const int c = (int)threadIdx.x + i * NT;
 		const int row = c / CPR, col = c % CPR, j = key0 + row;
-		int64_t off = 0;
-		bool ok = false;
 
+		off[i] = -1;
 		if (j < key_end) {
 			const int32_t blk = blocks[j / kv.bs];
 
-			if (blk >= 0 && blk < kv.n_blocks) {
-				off = ((int64_t)blk * kv.block_rows + j % kv.bs) * kv.row_len +
-				      (int64_t)kvh * D + col * 8;
-				ok = true;
-			} else {
-				atomicMin(bad_from, j);
-			}
+			if (blk >= 0 && blk < kv.n_blocks)
+				off[i] = ((int64_t)blk * kv.block_rows + j % kv.bs) * kv.row_len +
+					 (int64_t)kvh * D + col * 8;
+			else
+				bad = min(bad, j);
 		}
-		if (j != skip) {
-			cp_async16(ks + row * RB + col * 16, kc + off, ok);
-			cp_async16(vs + row * RB + col * 16, vc + off, ok);
+	}
+	if (bad != INT_MAX)
+		atomicMin(bad_from, bad);
+#pragma unroll
+	for (int i = 0; i < N; i++) {
+		const int c = (int)threadIdx.x + i * NT;
+		const int row = c / CPR, col = c % CPR;
+
+		if (key0 + row != skip) {
+			cp_async16(ks + row * RB + col * 16, kc + (off[i] < 0 ? 0 : off[i]),
+				   off[i] >= 0);
+			cp_async16(vs + row * RB + col * 16, vc + (off[i] < 0 ? 0 : off[i]),
+				   off[i] >= 0);
 		}
 	}
 }

@@ -39,10 +39,17 @@
  * rounded k and v rows into the tile itself (load_kv_tile skips that key),
  * and split 0's CTA of each kv head stores them in the cache for the steps
  * after, with rope_store's faults; so every key a CTA reads is the bits the
- * two launches gave it. The row's tables, the first K/V tiles of the keys
- * before its own and the cos/sin table come before the PDL wait, while the
- * q, k, v product still runs (cuda_pdl.cuh says why that is safe); after
- * it, only the rope of q and k and the tiles are left.
+ * two launches gave it. The row's tables, the norm weights, the angles'
+ * frequencies, the first K/V tiles of the keys before its own and the
+ * cos/sin table come before the PDL wait, while the q, k, v product still
+ * runs (cuda_pdl.cuh says why that is safe); after it, only the rope of q
+ * and k and the tiles are left. A warp asks for the heads of two of its
+ * rope tasks (and v's, for the k task) before it computes either, since
+ * each round trip after the wait is on the step's critical path and costs
+ * microseconds while a GEMV streams. For the same reason the next kernel is
+ * placed only after the tiles: the next GEMV asks for its first weights as
+ * soon as it is placed (8B's o_proj: 14 MB), and those requests queued
+ * ahead of this kernel's own (docs/perf.md: 5 us a layer at 8B).
  */
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
@@ -226,40 +233,100 @@ __device__ __forceinline__ void decode_merge_splits(const decode_args &a, int t,
 	}
 }
 
-/* Row t's k head kvh roped by one warp (kf: D floats of scratch): put
- * into row_new (bf16 k then v, as the cache holds them) when row_new, and
- * stored into the cache when store, at cache row `row` (-1: a bad block id,
- * rope_store's fault). */
+/* The rope tasks of a CTA that takes a rope (one warp each): task i < nh
+ * ropes q head h0 + i into qs; task nh, the k task, ropes k head kvh and
+ * puts the rounded k and v rows into row_new (when the split holds the
+ * row's own key) and into the cache row krow (when store; -1: a bad block
+ * id, rope_store's fault). A warp loads the heads of two tasks before it
+ * computes either, so that their memory round trips overlap; the norm
+ * weights come from kw and qw, loaded before the PDL wait. */
+template <int D, typename RW> struct decode_rope_tasks {
+	typedef rope_regs_of<D> regs;
+	const decode_args &a;
+	int64_t t, krow;
+	int h0, nh, kvh;
+	const float *cs, *sn;
+	float *qs;
+	__nv_bfloat16 *row_new; /* NULL: the split does not hold the row's key */
+	bool store;
+
+	__device__ __forceinline__ const float *src(int task) const
+	{
+		const decode_rope &rp = a.rope;
+
+		return task < nh ? rp.q + t * rp.ld_q + (int64_t)(h0 + task) * D
+				 : rp.k + t * rp.ld_kv + (int64_t)kvh * D;
+	}
+
+	/* Tasks t0 and t1 (t1 < 0: none) of this warp; at most one is the k
+	 * task. has_qw, has_kw: whether q and k have norms (weights qw, kw). */
+	__device__ __forceinline__ void run2(int t0, int t1, bool has_qw, const regs &qw,
+					     bool has_kw, const regs &kw, int lane) const
+	{
+		const decode_rope &rp = a.rope;
+		const int n_pairs = rp.n_pairs, n_tail = D - 2 * n_pairs;
+		regs r[2];
+		float v[D / 32];
+
+		rope_load(r[0], src(t0), lane, n_pairs, n_tail);
+		if (t1 >= 0)
+			rope_load(r[1], src(t1), lane, n_pairs, n_tail);
+		if (t0 == nh || t1 == nh) {
+			const float *vh = rp.v + t * rp.ld_kv + (int64_t)kvh * D;
+
+#pragma unroll
+			for (int j = 0; j < D / 32; j++)
+				v[j] = vh[lane + 32 * j];
+		}
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int task = u == 0 ? t0 : t1;
+
+			if (task < 0)
+				break;
+			if (task < nh) {
+				rope_apply(
+					r[u], has_qw, [&](regs &w) { w = qw; }, cs, sn, rp.eps, lane,
+					n_pairs, n_tail);
+				rope_put(qs + task * D, r[u], lane, n_pairs, n_tail, true);
+				continue;
+			}
+			rope_apply(
+				r[u], has_kw, [&](regs &w) { w = kw; }, cs, sn, rp.eps, lane, n_pairs,
+				n_tail);
+			if (row_new) {
+				rope_put(row_new, r[u], lane, n_pairs, n_tail, true);
+#pragma unroll
+				for (int j = 0; j < D / 32; j++)
+					narrow_to(&row_new[D + lane + 32 * j], v[j]);
+			}
+			if (!store)
+				continue;
+			if (krow < 0) {
+				if (lane == 0)
+					atomicOr(a.fault, CUDA_FAULT_KV_STORE);
+				continue;
+			}
+			__nv_bfloat16 *kr = rp.kc + krow * a.kv.row_len + (int64_t)kvh * D;
+			__nv_bfloat16 *vr = rp.vc + (kr - rp.kc);
+
+			rope_put(kr, r[u], lane, n_pairs, n_tail, true);
+#pragma unroll
+			for (int j = 0; j < D / 32; j++)
+				narrow_to(&vr[lane + 32 * j], v[j]);
+		}
+	}
+};
+
+/* The norm weights of a head (w: NULL or [D] of RW) into r; false without. */
 template <int D, typename RW>
-__device__ __forceinline__ void decode_rope_k(const decode_args &a, int64_t t, int kvh,
-					      const float *cs, const float *sn, float *kf,
-					      __nv_bfloat16 *row_new, bool store, int64_t row)
+__device__ __forceinline__ bool decode_rope_w(rope_regs_of<D> &r, const void *w, int lane,
+					      int n_pairs)
 {
-	const decode_rope &rp = a.rope;
-	const int lane = threadIdx.x & 31, n_half = rp.n_pairs, tail = D - 2 * n_half;
-	const float *vh = rp.v + t * rp.ld_kv + (int64_t)kvh * D;
-	rope_regs r;
-
-	rope_head(rp.k + t * rp.ld_kv + (int64_t)kvh * D, kf, r, cs, sn, (const RW *)rp.k_norm,
-		  rp.eps, lane, n_half, tail);
-	if (row_new) {
-		rope_put_k(row_new, r, lane, n_half, tail);
-		for (int i = lane; i < D; i += 32)
-			narrow_to(&row_new[D + i], vh[i]);
-	}
-	if (!store)
-		return;
-	if (row < 0) {
-		if (lane == 0)
-			atomicOr(a.fault, CUDA_FAULT_KV_STORE);
-		return;
-	}
-	__nv_bfloat16 *kr = rp.kc + row * a.kv.row_len + (int64_t)kvh * D;
-	__nv_bfloat16 *vr = rp.vc + (kr - rp.kc);
-
-	rope_put_k(kr, r, lane, n_half, tail);
-	for (int i = lane; i < D; i += 32)
-		narrow_to(&vr[i], vh[i]);
+	if (!w)
+		return false;
+	rope_load(r, (const RW *)w, lane, n_pairs, D - 2 * n_pairs);
+	return true;
 }
 
 /* rope_store's part of a row whose attention is NaN (its slot or position
@@ -267,10 +334,13 @@ __device__ __forceinline__ void decode_rope_k(const decode_args &a, int64_t t, i
  * faults, and the k and v stored where the cache row is in range. */
 template <int D, typename RW>
 __device__ __forceinline__ void decode_rope_bad_row(const decode_args &a, int64_t t, int kvh,
-						    float *cs, float *sn, float *kf)
+						    float *cs, float *sn)
 {
 	const int32_t p = a.kv.pos[t];
+	const int lane = threadIdx.x & 31;
 	const int32_t *blocks;
+	rope_regs_of<D> kw;
+	bool has_kw;
 
 	if (!rope_table(cs, sn, p, a.rope.inv_freq, a.rope.n_pairs, a.fault,
 			CUDA_FAULT_ROPE | CUDA_FAULT_KV_STORE))
@@ -278,8 +348,10 @@ __device__ __forceinline__ void decode_rope_bad_row(const decode_args &a, int64_
 	if (threadIdx.x >= 32)
 		return;
 	blocks = token_blocks(a.kv, t, INT32_MAX);
-	decode_rope_k<D, RW>(a, t, kvh, cs, sn, kf, NULL, true,
-			     blocks ? cache_row(a.kv, blocks, p) : -1);
+	has_kw = decode_rope_w<D, RW>(kw, a.rope.k_norm, lane, a.rope.n_pairs);
+	const decode_rope_tasks<D, RW> k = { a, t, blocks ? cache_row(a.kv, blocks, p) : -1,
+					     0, 0, kvh, cs, sn, NULL, NULL, true };
+	k.run2(0, -1, false, kw, has_kw, kw, lane);
 }
 
 /* The row's own k and v (row_new) into row `row` of the ring stage at st. */
@@ -320,10 +392,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	/* [DEC_WARPS][DEC_HEADS][DEC_OS_STRIDE(D)] after the ring is done */
 	float *os = (float *)att_smem;
 	/* With a rope, in the ring's last stage until the loop first loads it:
-	 * the CTA's roped q heads [DEC_HEADS][D], the cos/sin table, a k head */
+	 * the CTA's roped q heads [DEC_HEADS][D] and the cos/sin table */
 	float *qs = (float *)(att_smem + (STAGES - 1) * SB), *cs = qs + DEC_HEADS * D;
-	float *sn = cs + CUDA_MAX_HEAD_DIM / 2, *kf = sn + CUDA_MAX_HEAD_DIM / 2;
-	static_assert((DEC_HEADS * D + CUDA_MAX_HEAD_DIM + D) * 4 <= SB, "rope area fits a stage");
+	float *sn = cs + CUDA_MAX_HEAD_DIM / 2;
+	static_assert((DEC_HEADS * D + CUDA_MAX_HEAD_DIM) * 4 <= SB, "rope area fits a stage");
 	warp_rows<D> w;
 	int len, start, end, n_tiles, n_act, r, own;
 	int32_t pos = 0;
@@ -346,7 +418,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			pdl_wait();
 			pdl_launch_dependents();
 			if (split == 0 && hc == 0)
-				decode_rope_bad_row<D, RW>(a, t, kvh, cs, sn, kf);
+				decode_rope_bad_row<D, RW>(a, t, kvh, cs, sn);
 		}
 		if (split == 0)
 			for (int i = threadIdx.x; i < nh * D; i += cfg::threads)
@@ -368,6 +440,29 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	if constexpr (!ROPE)
 		warp_rows_init<D>(w, r < nh ? a.q + at + (int64_t)r * D : NULL,
 				  r + 8 < nh ? a.q + at + (int64_t)(r + 8) * D : NULL);
+	/* With a rope, what its tasks read that no op before writes (the norm
+	 * weights, the angles' frequencies, the cache row of the row's key),
+	 * asked for before the first tiles. */
+	const bool owner = ROPE && split == 0 && hc == 0;
+	const int tasks = nh + (own >= 0 || owner ? 1 : 0);
+	rope_regs_of<D> q_nw, k_nw;
+	bool has_qw = false, has_kw = false;
+	float freq = 0.0f;
+	int64_t krow = -1;
+
+	if constexpr (ROPE) {
+		static_assert(D / 2 <= DEC_WARPS * 32, "a thread for each angle");
+		const int n_pairs = a.rope.n_pairs;
+
+		has_qw = decode_rope_w<D, RW>(q_nw, a.rope.q_norm, lane, n_pairs);
+		/* the task loop's warps: k's is the one whose last task is nh */
+		if (tasks > nh && warp == nh % DEC_WARPS)
+			has_kw = decode_rope_w<D, RW>(k_nw, a.rope.k_norm, lane, n_pairs);
+		if (threadIdx.x < n_pairs)
+			freq = a.rope.inv_freq[threadIdx.x];
+		if (owner)
+			krow = cache_row(a.kv, blocks, len - 1);
+	}
 	if (threadIdx.x == 0)
 		bad_from = INT_MAX;
 	__syncthreads();
@@ -387,26 +482,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			cp_async_commit();
 		}
 		if constexpr (ROPE) {
-			const bool owner = split == 0 && hc == 0;
-			const int tasks = nh + (own >= 0 || owner ? 1 : 0);
-			const int n_half = a.rope.n_pairs;
+			const decode_rope_tasks<D, RW> rt = { a, t, krow, h0, nh, kvh, cs, sn, qs,
+							      own >= 0 ? row_new : NULL, owner };
 
-			/* the position is in range here: the table is made */
-			rope_table(cs, sn, len - 1, a.rope.inv_freq, n_half, a.fault, 0);
-			pdl_wait();
-			pdl_launch_dependents();
-			for (int task = warp; task < tasks; task += DEC_WARPS) {
-				rope_regs rr;
+			/* rope_table's cos/sin of the row's position, in range here */
+			if (threadIdx.x < a.rope.n_pairs) {
+				const float angle = (float)(len - 1) * freq;
 
-				if (task < nh)
-					rope_head(a.rope.q + t * a.rope.ld_q + (int64_t)(h0 + task) * D,
-						  qs + task * D, rr, cs, sn, (const RW *)a.rope.q_norm,
-						  a.rope.eps, lane, n_half, D - 2 * n_half);
-				else
-					decode_rope_k<D, RW>(a, t, kvh, cs, sn, kf,
-							     own >= 0 ? row_new : NULL, owner,
-							     cache_row(a.kv, blocks, len - 1));
+				cs[threadIdx.x] = cosf(angle);
+				sn[threadIdx.x] = sinf(angle);
 			}
+			__syncthreads();
+			pdl_wait();
+			for (int task = warp; task < tasks; task += 2 * DEC_WARPS)
+				rt.run2(task, task + DEC_WARPS < tasks ? task + DEC_WARPS : -1, has_qw,
+					q_nw, has_kw, k_nw, lane);
 			__syncthreads();
 			warp_rows_init<D>(w, r < nh ? qs + r * D : NULL,
 					  r + 8 < nh ? qs + (r + 8) * D : NULL);
@@ -429,6 +519,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			__syncthreads();
 		}
 	}
+	/* With a rope, the next kernel is placed only now, after the tiles:
+	 * its first weight requests would queue ahead of theirs (see the top). */
+	if constexpr (ROPE)
+		pdl_launch_dependents();
 	warp_rows_finish<D>(w);
 	if ((lane & 3) == 0) {
 		ms[warp][r] = w.m[0];

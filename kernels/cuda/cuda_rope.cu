@@ -143,7 +143,7 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 
 	CT *kr = a.kc + row * a.kv.row_len + (int64_t)kh * a.D, *vr = a.vc + (kr - a.kc);
 
-	rope_put_k(kr, r, lane, half, tail);
+	rope_put(kr, r, lane, half, tail, true);
 	for (int i = lane; i < a.D; i += 32)
 		narrow_to(&vr[i], vh[i]);
 }

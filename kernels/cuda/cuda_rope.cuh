@@ -10,57 +10,115 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_reduce.cuh"
 
-/* Pairs a lane holds: R/2 <= CUDA_MAX_HEAD_DIM/2 spread over 32 lanes. */
-#define ROPE_PAIRS (CUDA_MAX_HEAD_DIM / 64)
-/* Unrotated dims a lane holds: D - R < CUDA_MAX_HEAD_DIM spread over 32 lanes. */
-#define ROPE_TAIL (CUDA_MAX_HEAD_DIM / 32)
+/* One head's values in a warp's registers, for heads of up to MAXD dims:
+ * lane l holds the pairs (a[j], b[j]) = (x[i], x[i + R/2]), i = l + 32·j <
+ * n_pairs = R/2, and the tail dims c[j] = x[R + l + 32·j] of n_tail = D - R.
+ * A head's norm weights are held the same way. */
+template <int MAXD> struct rope_regs_of {
+	float a[MAXD / 64], b[MAXD / 64], c[MAXD / 32];
+	static constexpr int pairs = MAXD / 64, tails = MAXD / 32;
+};
+typedef rope_regs_of<CUDA_MAX_HEAD_DIM> rope_regs;
 
-/* Normalise one head held as pairs (a[j], b[j]) = (x[i], x[i + R/2]),
- * i = lane + 32·j < n_pairs = R/2, and the tail c[j] = x[R + lane + 32·j]
- * of n_tail = D - R dims, as cpu_rmsnorm does a row of D. */
-template <typename W>
-__device__ __forceinline__ void norm_head(float (&a)[ROPE_PAIRS], float (&b)[ROPE_PAIRS],
-					  float (&c)[ROPE_TAIL], const W *w, int lane,
-					  int n_pairs, int n_tail, float eps)
+/* The head at src (D = 2·n_pairs + n_tail values, any dtype) into r. */
+template <int MAXD, typename T>
+__device__ __forceinline__ void rope_load(rope_regs_of<MAXD> &r, const T *src, int lane,
+					  int n_pairs, int n_tail)
 {
-	const int R = 2 * n_pairs;
-	double ss = 0.0;
-	float inv;
+	typedef rope_regs_of<MAXD> R;
+	const T *xb = src + n_pairs, *xc = src + 2 * n_pairs;
 
 #pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++)
-		if (lane + 32 * j < n_pairs)
-			ss += (double)a[j] * a[j] + (double)b[j] * b[j];
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++)
-		if (lane + 32 * j < n_tail)
-			ss += (double)c[j] * c[j];
-	ss = warp_reduce(ss, op_sum());
-	inv = 1.0f / sqrtf((float)(ss / (double)(R + n_tail)) + eps);
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
+	for (int j = 0; j < R::pairs; j++) {
 		const int i = lane + 32 * j;
 
-		if (i < n_pairs) {
-			a[j] = widen(w[i]) * (a[j] * inv);
-			b[j] = widen(w[i + n_pairs]) * (b[j] * inv);
-		}
+		r.a[j] = i < n_pairs ? widen(src[i]) : 0.0f;
+		r.b[j] = i < n_pairs ? widen(xb[i]) : 0.0f;
 	}
 #pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
+	for (int j = 0; j < R::tails; j++) {
 		const int i = lane + 32 * j;
 
-		if (i < n_tail)
-			c[j] = widen(w[R + i]) * (c[j] * inv);
+		r.c[j] = i < n_tail ? widen(xc[i]) : 0.0f;
 	}
 }
 
-/* One head's values in a warp's registers: lane l holds the pairs
- * (a[j], b[j]) = (x[i], x[i + R/2]), i = l + 32·j, and the tail dims c[j] =
- * x[R + l + 32·j]. */
-struct rope_regs {
-	float a[ROPE_PAIRS], b[ROPE_PAIRS], c[ROPE_TAIL];
-};
+/* r normalised as cpu_rmsnorm does a row of D (when norm, by the head's
+ * norm weights, which weights(w) puts in w after the sum of squares: a
+ * rope_load, or a copy of weights loaded before), then its pairs rotated by
+ * the block's cos/sin table. */
+template <int MAXD, typename WF>
+__device__ __forceinline__ void rope_apply(rope_regs_of<MAXD> &r, bool norm, const WF &weights,
+					   const float *cs, const float *sn, float eps, int lane,
+					   int n_pairs, int n_tail)
+{
+	typedef rope_regs_of<MAXD> R;
+
+	if (norm) {
+		rope_regs_of<MAXD> w;
+		double ss = 0.0;
+		float inv;
+
+#pragma unroll
+		for (int j = 0; j < R::pairs; j++)
+			if (lane + 32 * j < n_pairs)
+				ss += (double)r.a[j] * r.a[j] + (double)r.b[j] * r.b[j];
+#pragma unroll
+		for (int j = 0; j < R::tails; j++)
+			if (lane + 32 * j < n_tail)
+				ss += (double)r.c[j] * r.c[j];
+		ss = warp_reduce(ss, op_sum());
+		inv = 1.0f / sqrtf((float)(ss / (double)(2 * n_pairs + n_tail)) + eps);
+		weights(w);
+#pragma unroll
+		for (int j = 0; j < R::pairs; j++) {
+			r.a[j] = w.a[j] * (r.a[j] * inv);
+			r.b[j] = w.b[j] * (r.b[j] * inv);
+		}
+#pragma unroll
+		for (int j = 0; j < R::tails; j++)
+			r.c[j] = w.c[j] * (r.c[j] * inv);
+	}
+#pragma unroll
+	for (int j = 0; j < R::pairs; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_pairs) {
+			const float a = r.a[j], b = r.b[j];
+
+			r.a[j] = __fmul_rn(a, cs[i]) - __fmul_rn(b, sn[i]);
+			r.b[j] = __fmul_rn(b, cs[i]) + __fmul_rn(a, sn[i]);
+		}
+	}
+}
+
+/* r written to the head at dst, rounded to CT (as kv_store rounds what rope
+ * left in k, for a cache row); the tail only when tail_too. */
+template <int MAXD, typename CT>
+__device__ __forceinline__ void rope_put(CT *dst, const rope_regs_of<MAXD> &r, int lane,
+					 int n_pairs, int n_tail, bool tail_too)
+{
+	typedef rope_regs_of<MAXD> R;
+
+#pragma unroll
+	for (int j = 0; j < R::pairs; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_pairs) {
+			narrow_to(&dst[i], r.a[j]);
+			narrow_to(&dst[i + n_pairs], r.b[j]);
+		}
+	}
+	if (!tail_too)
+		return;
+#pragma unroll
+	for (int j = 0; j < R::tails; j++) {
+		const int i = lane + 32 * j;
+
+		if (i < n_tail)
+			narrow_to(&dst[2 * n_pairs + i], r.c[j]);
+	}
+}
 
 /* The head at src (D = 2·half + tail dims) loaded into r, normalised when
  * norm_w, rotated by the block's cos/sin table and written to dst (src, or
@@ -70,47 +128,13 @@ __device__ __forceinline__ void rope_head(const float *src, float *dst, rope_reg
 					  const float *cs, const float *sn, const W *norm_w,
 					  float eps, int lane, int n_half, int tail)
 {
-	const float *xa = src, *xb = src + n_half, *xc = src + 2 * n_half;
-	float *da = dst, *db = dst + n_half, *dc = dst + 2 * n_half;
-
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		r.a[j] = i < n_half ? xa[i] : 0.0f;
-		r.b[j] = i < n_half ? xb[i] : 0.0f;
-	}
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
-		const int i = lane + 32 * j;
-
-		r.c[j] = i < tail ? xc[i] : 0.0f;
-	}
-	if (norm_w)
-		norm_head(r.a, r.b, r.c, norm_w, lane, n_half, tail, eps);
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < n_half) {
-			const float a = r.a[j], b = r.b[j];
-
-			r.a[j] = __fmul_rn(a, cs[i]) - __fmul_rn(b, sn[i]);
-			r.b[j] = __fmul_rn(b, cs[i]) + __fmul_rn(a, sn[i]);
-			da[i] = r.a[j];
-			db[i] = r.b[j];
-		}
-	}
+	rope_load(r, src, lane, n_half, tail);
+	rope_apply(
+		r, norm_w != NULL,
+		[&](rope_regs &w) { rope_load(w, norm_w, lane, n_half, tail); }, cs, sn, eps,
+		lane, n_half, tail);
 	/* In place, the tail changes only when the norm scaled it. */
-	if (norm_w || dst != src) {
-#pragma unroll
-		for (int j = 0; j < ROPE_TAIL; j++) {
-			const int i = lane + 32 * j;
-
-			if (i < tail)
-				dc[i] = r.c[j];
-		}
-	}
+	rope_put(dst, r, lane, n_half, tail, norm_w || dst != src);
 }
 
 /* cos and sin of position p's angles into the block's tables; false (and
@@ -132,30 +156,6 @@ __device__ __forceinline__ bool rope_table(float *cs, float *sn, int32_t p,
 	}
 	__syncthreads();
 	return true;
-}
-
-/* The roped k head in r written to the cache row kr (D = 2·n_half + tail
- * values), rounded as kv_store rounds what rope left in k. */
-template <typename CT>
-__device__ __forceinline__ void rope_put_k(CT *kr, const rope_regs &r, int lane, int n_half,
-					   int tail)
-{
-#pragma unroll
-	for (int j = 0; j < ROPE_PAIRS; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < n_half) {
-			narrow_to(&kr[i], r.a[j]);
-			narrow_to(&kr[i + n_half], r.b[j]);
-		}
-	}
-#pragma unroll
-	for (int j = 0; j < ROPE_TAIL; j++) {
-		const int i = lane + 32 * j;
-
-		if (i < tail)
-			narrow_to(&kr[2 * n_half + i], r.c[j]);
-	}
 }
 
 #endif
