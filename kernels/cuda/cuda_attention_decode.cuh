@@ -485,13 +485,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			const decode_rope_tasks<D, RW> rt = { a, t, krow, h0, nh, kvh, cs, sn, qs,
 							      own >= 0 ? row_new : NULL, owner };
 
-			/* rope_table's cos/sin of the row's position, in range here */
-			if (threadIdx.x < a.rope.n_pairs) {
-				const float angle = (float)(len - 1) * freq;
-
-				cs[threadIdx.x] = cosf(angle);
-				sn[threadIdx.x] = sinf(angle);
-			}
+			/* the cos/sin table of the row's position, in range here */
+			if (threadIdx.x < a.rope.n_pairs)
+				rope_angle(cs, sn, threadIdx.x, len - 1, freq);
 			__syncthreads();
 			pdl_wait();
 			for (int task = warp; task < tasks; task += 2 * DEC_WARPS)

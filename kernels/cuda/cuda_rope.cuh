@@ -137,6 +137,17 @@ __device__ __forceinline__ void rope_head(const float *src, float *dst, rope_reg
 	rope_put(dst, r, lane, n_half, tail, norm_w || dst != src);
 }
 
+/* Entry i of the cos/sin tables of position p, for the pair whose
+ * frequency is freq: the one definition of the angles, which every rope
+ * shares so that they give the same bits. */
+__device__ __forceinline__ void rope_angle(float *cs, float *sn, int i, int32_t p, float freq)
+{
+	const float angle = (float)p * freq;
+
+	cs[i] = cosf(angle);
+	sn[i] = sinf(angle);
+}
+
 /* cos and sin of position p's angles into the block's tables; false (and
  * the rope fault) for a negative position. Ends with a barrier. */
 __device__ __forceinline__ bool rope_table(float *cs, float *sn, int32_t p,
@@ -148,12 +159,8 @@ __device__ __forceinline__ bool rope_table(float *cs, float *sn, int32_t p,
 			atomicOr(fault, fault_bits);
 		return false;
 	}
-	for (int i = threadIdx.x; i < n_half; i += blockDim.x) {
-		float angle = (float)p * inv_freq[i];
-
-		cs[i] = cosf(angle);
-		sn[i] = sinf(angle);
-	}
+	for (int i = threadIdx.x; i < n_half; i += blockDim.x)
+		rope_angle(cs, sn, i, p, inv_freq[i]);
 	__syncthreads();
 	return true;
 }
