@@ -34,22 +34,23 @@
  * With a rope (RW not no_rope: a pending rope_store of one decode row that
  * this launch takes, cuda_rope.cu), q is not read: each CTA ropes its own q
  * heads from the row's q before rope into shared memory, through
- * cuda_rope.cuh's rope_head, so they are the bits rope_store gives q. The
- * CTA whose split holds the row's own key ropes its k head and puts the
- * rounded k and v rows into the tile itself (load_kv_tile skips that key),
- * and split 0's CTA of each kv head stores them in the cache for the steps
- * after, with rope_store's faults; so every key a CTA reads is the bits the
- * two launches gave it. The row's tables, the norm weights, the angles'
- * frequencies, the first K/V tiles of the keys before its own and the
- * cos/sin table come before the PDL wait, while the q, k, v product still
- * runs (cuda_pdl.cuh says why that is safe); after it, only the rope of q
- * and k and the tiles are left. A warp asks for the heads of two of its
- * rope tasks (and v's, for the k task) before it computes either, since
- * each round trip after the wait is on the step's critical path and costs
- * microseconds while a GEMV streams. For the same reason the next kernel is
- * placed only after the tiles: the next GEMV asks for its first weights as
- * soon as it is placed (8B's o_proj: 14 MB), and those requests queued
- * ahead of this kernel's own (docs/perf.md: 3.7 us a layer at 8B).
+ * cuda_rope.cuh's rope_load, rope_apply and rope_put, so they are the bits
+ * rope_store gives q. The CTA whose split holds the row's own key ropes its
+ * k head and puts the rounded k and v rows into the tile itself
+ * (load_kv_tile skips that key), and split 0's CTA of each kv head stores
+ * them in the cache for the steps after, with rope_store's faults; so every
+ * key a CTA reads is the bits the two launches gave it. The row's tables,
+ * the norm weights, the angles' frequencies, the first K/V tiles of the
+ * keys before its own and the cos/sin table come before the PDL wait, while
+ * the q, k, v product still runs (cuda_pdl.cuh says why that is safe);
+ * after it, only the rope of q and k and the tiles are left. A warp asks
+ * for the heads of two of its rope tasks (and v's, for the k task) before
+ * it computes either, since each round trip after the wait is on the step's
+ * critical path and costs microseconds while a GEMV streams. For the same
+ * reason the next kernel is placed only after the tiles: the next GEMV asks
+ * for its first weights as soon as it is placed (8B's o_proj: 14 MB), and
+ * those requests queued ahead of this kernel's own (docs/perf.md: 3.7 us a
+ * layer at 8B).
  */
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH

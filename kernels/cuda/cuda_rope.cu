@@ -30,11 +30,16 @@
  *
  * rope_store (a layer's rope of q, rope of k, then kv_store of k and v):
  * one launch of a block per token and group of 8 heads (grid y), the q
- * heads and then the k heads, a warp per head through the same rope_head
- * as rope's. A k head's warp then rounds the values it holds into the
- * cache row, as kv_store rounds what rope left in k, and copies v's head
- * beside it. At batch 1 this is one launch of 5 blocks (Qwen3-8B's 32 + 8
- * heads) for three launches of one block each. A negative position sets
+ * heads and then the k heads, a warp per head through the same rope_load,
+ * rope_apply and rope_put as rope's rope_head. A warp reads its head (and
+ * for a k head also v's head and the key's cache row) before the cos/sin
+ * table: each of those loads after the table, or after a store the compiler
+ * cannot separate from it, was a round trip of its own (on an H100, decode
+ * at 8 rows +0.8 to +4.4 %, prefill +0.4 to +6.0 %: docs/perf.md). A k
+ * head's warp then rounds the values it holds into the cache row, as
+ * kv_store rounds what rope left in k, and puts v's head beside it. At
+ * batch 1 this is one launch of 5 blocks (Qwen3-8B's 32 + 8 heads) for
+ * three launches of one block each. A negative position sets
  * CUDA_FAULT_ROPE and CUDA_FAULT_KV_STORE (the three ops' faults) and
  * leaves the token alone; a bad slot or block id ropes q and k and stores
  * nothing, with CUDA_FAULT_KV_STORE. Calls the kernel does not take (norms
@@ -44,8 +49,8 @@
  * decode row; cuda_decode_takes_rope), called right after a product (the
  * q, k, v product: cu->after_product), launches nothing: it waits in
  * cu->rope_pending, and the attention after it ropes the row in its own
- * blocks (cuda_attention_decode.cuh) through this file's rope_head, which
- * cuda_rope.cuh shares. At one row a decode step spent about 4 us a layer
+ * blocks (cuda_attention_decode.cuh) through cuda_rope.cuh's rope_load,
+ * rope_apply and rope_put, the steps this file's kernels share. At one row a decode step spent about 4 us a layer
  * on this launch alone on an H100, nearly all of it the chain of dependent
  * memory round trips after its wait. The product before is what lets that
  * kernel read the row's tables and older keys before its wait: a product
@@ -107,34 +112,47 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 	const int half = a.n_pairs, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int tail = a.D - 2 * half, h = blockIdx.y * (CUDA_THREADS / 32) + warp;
 	const int64_t t = blockIdx.x;
+	/* token t's packed row: q's heads, k's, v's */
+	const float *packed = a.qkv ? a.qkv + t * (a.n_heads + 2 * a.n_kv) * a.D : NULL;
+	const bool is_q = h < a.n_heads, is_k = !is_q && h < a.n_heads + a.n_kv;
+	const int kh = h - a.n_heads;
+	const int64_t at = is_q ? (t * a.n_heads + h) * a.D : t * a.kv.row_len + (int64_t)kh * a.D;
+	float *dst = is_q ? a.q + at : a.k + at;
+	const float *src = packed ? packed + (int64_t)h * a.D : dst;
+	const W *norm_w = is_q ? a.q_norm : a.k_norm;
+	float v[CUDA_MAX_HEAD_DIM / 32];
+	int64_t row = -1;
 	rope_regs r;
 
 	pdl_wait();
 	pdl_launch_dependents();
+	/* Every load of the warp's head (and of v and the cache row for a k
+	 * head) before the table: each one after it, or after a store, would
+	 * be a round trip of its own. */
+	if (is_q || is_k)
+		rope_load(r, src, lane, half, tail);
+	if (is_k) {
+		const float *vh =
+			packed ? packed + (int64_t)(a.n_heads + a.n_kv + kh) * a.D : a.v + at;
+		const int32_t *blocks = token_blocks(a.kv, t, INT32_MAX);
+
+#pragma unroll
+		for (int j = 0; j < CUDA_MAX_HEAD_DIM / 32; j++)
+			v[j] = lane + 32 * j < a.D ? vh[lane + 32 * j] : 0.0f;
+		row = blocks ? cache_row(a.kv, blocks, a.kv.pos[t]) : -1;
+	}
 	if (!rope_table(cs, sn, a.kv.pos[t], a.inv_freq, half, a.fault,
 			CUDA_FAULT_ROPE | CUDA_FAULT_KV_STORE))
 		return;
-	/* token t's packed row: q's heads, k's, v's */
-	const float *packed = a.qkv ? a.qkv + t * (a.n_heads + 2 * a.n_kv) * a.D : NULL;
-
-	if (h < a.n_heads) {
-		float *qh = a.q + (t * a.n_heads + h) * a.D;
-
-		rope_head(packed ? packed + (int64_t)h * a.D : qh, qh, r, cs, sn, a.q_norm, a.eps,
-			  lane, half, tail);
+	if (!is_q && !is_k)
 		return;
-	}
-	if (h >= a.n_heads + a.n_kv)
+	rope_apply(
+		r, norm_w != NULL, [&](rope_regs &w) { rope_load(w, norm_w, lane, half, tail); },
+		cs, sn, a.eps, lane, half, tail);
+	/* In place, the tail changes only when the norm scaled it. */
+	rope_put(dst, r, lane, half, tail, norm_w || dst != src);
+	if (is_q)
 		return;
-
-	const int kh = h - a.n_heads;
-	const int32_t *blocks = token_blocks(a.kv, t, INT32_MAX);
-	const int64_t row = blocks ? cache_row(a.kv, blocks, a.kv.pos[t]) : -1;
-	const int64_t at = t * a.kv.row_len + (int64_t)kh * a.D;
-	const float *vh = packed ? packed + (int64_t)(a.n_heads + a.n_kv + kh) * a.D : a.v + at;
-
-	rope_head(packed ? packed + (int64_t)h * a.D : a.k + at, a.k + at, r, cs, sn, a.k_norm,
-		  a.eps, lane, half, tail);
 	if (row < 0) {
 		if (lane == 0)
 			atomicOr(a.fault, CUDA_FAULT_KV_STORE);
@@ -144,8 +162,10 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 	CT *kr = a.kc + row * a.kv.row_len + (int64_t)kh * a.D, *vr = a.vc + (kr - a.kc);
 
 	rope_put(kr, r, lane, half, tail, true);
-	for (int i = lane; i < a.D; i += 32)
-		narrow_to(&vr[i], vh[i]);
+#pragma unroll
+	for (int j = 0; j < CUDA_MAX_HEAD_DIM / 32; j++)
+		if (lane + 32 * j < a.D)
+			narrow_to(&vr[lane + 32 * j], v[j]);
 }
 
 static bool rope_args_ok(const struct cuda_backend *cu, const struct kt_tensor *x,
