@@ -30,31 +30,32 @@
  *
  * rope_store (a layer's rope of q, rope of k, then kv_store of k and v):
  * one launch of a block per token and group of 8 heads (grid y), the q
- * heads and then the k heads, a warp per head through the same rope_load,
- * rope_apply and rope_put as rope's rope_head. A warp reads its head (and
- * for a k head also v's head and the key's cache row) before the cos/sin
- * table: each of those loads after the table, or after a store the compiler
- * cannot separate from it, was a round trip of its own (on an H100, decode
- * at 8 rows +0.8 to +4.4 %, prefill +0.4 to +6.0 %: docs/perf.md). A k
- * head's warp then rounds the values it holds into the cache row, as
- * kv_store rounds what rope left in k, and puts v's head beside it. At
- * batch 1 this is one launch of 5 blocks (Qwen3-8B's 32 + 8 heads) for
- * three launches of one block each. A negative position sets
+ * heads and then the k heads, a warp per head through rope_load and
+ * rope_finish, the two halves of rope's rope_head. A warp reads its head
+ * (and for a k head also v's head and the key's cache row) before the
+ * cos/sin table: each of those loads after the table, or after a store the
+ * compiler cannot separate from it, was a round trip of its own (on an
+ * H100, decode at 8 rows +0.8 to +4.4 %, prefill +0.4 to +6.0 %:
+ * docs/perf.md). A k head's warp then rounds the values it holds into the
+ * cache row, as kv_store rounds what rope left in k, and puts v's head
+ * beside it. At batch 1 this is one launch of 5 blocks (Qwen3-8B's 32 + 8
+ * heads) for three launches of one block each. A negative position sets
  * CUDA_FAULT_ROPE and CUDA_FAULT_KV_STORE (the three ops' faults) and
  * leaves the token alone; a bad slot or block id ropes q and k and stores
  * nothing, with CUDA_FAULT_KV_STORE. Calls the kernel does not take (norms
  * of two dtypes, one norm) run the three ops.
  *
  * A rope_store with attend_next that the decode attention can take (one
- * decode row; cuda_decode_takes_rope), called right after a product (the
- * q, k, v product: cu->after_product), launches nothing: it waits in
+ * decode row; cuda_decode_takes_rope), called right after a product (the q,
+ * k, v product: cu->after_product), launches nothing: it waits in
  * cu->rope_pending, and the attention after it ropes the row in its own
  * blocks (cuda_attention_decode.cuh) through cuda_rope.cuh's rope_load,
- * rope_apply and rope_put, the steps this file's kernels share. At one row a decode step spent about 4 us a layer
- * on this launch alone on an H100, nearly all of it the chain of dependent
- * memory round trips after its wait. The product before is what lets that
- * kernel read the row's tables and older keys before its wait: a product
- * writes neither. Any other op launches the pending one first (cu_enter).
+ * rope_apply and rope_put, the steps this file's kernels share. At one row
+ * a decode step spent about 4 us a layer on this launch alone on an H100,
+ * nearly all of it the chain of dependent memory round trips after its
+ * wait. The product before is what lets that kernel read the row's tables
+ * and older keys before its wait: a product writes neither. Any other op
+ * launches the pending one first (cu_enter).
  */
 #include <errno.h>
 
@@ -146,11 +147,7 @@ __global__ void rope_store_kernel(const __grid_constant__ rope_store_args<W, CT>
 		return;
 	if (!is_q && !is_k)
 		return;
-	rope_apply(
-		r, norm_w != NULL, [&](rope_regs &w) { rope_load(w, norm_w, lane, half, tail); },
-		cs, sn, a.eps, lane, half, tail);
-	/* In place, the tail changes only when the norm scaled it. */
-	rope_put(dst, r, lane, half, tail, norm_w || dst != src);
+	rope_finish(src, dst, r, cs, sn, norm_w, a.eps, lane, half, tail);
 	if (is_q)
 		return;
 	if (row < 0) {

@@ -120,21 +120,31 @@ __device__ __forceinline__ void rope_put(CT *dst, const rope_regs_of<MAXD> &r, i
 	}
 }
 
-/* The head at src (D = 2·half + tail dims) loaded into r, normalised when
+/* The head loaded in r from src (D = 2·half + tail dims), normalised when
  * norm_w, rotated by the block's cos/sin table and written to dst (src, or
- * a head of its own); r holds what was written. */
+ * a head of its own); r holds what was written. For a kernel that loads
+ * the head early, before its table. */
 template <typename W>
-__device__ __forceinline__ void rope_head(const float *src, float *dst, rope_regs &r,
-					  const float *cs, const float *sn, const W *norm_w,
-					  float eps, int lane, int n_half, int tail)
+__device__ __forceinline__ void rope_finish(const float *src, float *dst, rope_regs &r,
+					    const float *cs, const float *sn, const W *norm_w,
+					    float eps, int lane, int n_half, int tail)
 {
-	rope_load(r, src, lane, n_half, tail);
 	rope_apply(
 		r, norm_w != NULL,
 		[&](rope_regs &w) { rope_load(w, norm_w, lane, n_half, tail); }, cs, sn, eps,
 		lane, n_half, tail);
 	/* In place, the tail changes only when the norm scaled it. */
 	rope_put(dst, r, lane, n_half, tail, norm_w || dst != src);
+}
+
+/* The head at src loaded into r, then rope_finish. */
+template <typename W>
+__device__ __forceinline__ void rope_head(const float *src, float *dst, rope_regs &r,
+					  const float *cs, const float *sn, const W *norm_w,
+					  float eps, int lane, int n_half, int tail)
+{
+	rope_load(r, src, lane, n_half, tail);
+	rope_finish(src, dst, r, cs, sn, norm_w, eps, lane, n_half, tail);
 }
 
 /* Entry i of the cos/sin tables of position p, for the pair whose
