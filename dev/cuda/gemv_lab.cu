@@ -21,6 +21,11 @@
  *  - tile / tileb: the tree's GEMV kernel itself
  *    (kernels/cuda/cuda_gemv_kernel.cuh) with f32 x / bf16 x (x rounded
  *    beforehand, outside the timing), the tree's tiling;
+ *  - bulk / bulkb: the tree's bulk GEMV (kernels/cuda/cuda_gemv_bulk.cuh)
+ *    with f32 / bf16 x: a persistent grid, w through a ring of bulk copies
+ *    that a producer warp keeps full; its outputs must equal tile's /
+ *    tileb's bit for bit (checked on every shape and T); bulkb<S>: S stages
+ *    at one block a multiprocessor, bulkb3: 3 stages at two;
  *  - ps<NT>: ca<NT, 8> as a persistent grid of one wave;
  *  - ffma<R>: CUDA-core GEMV in f32 (x not rounded): a warp owns R rows,
  *    each lane 8 k of each per step, x read once per step for all R rows,
@@ -50,6 +55,7 @@
 #include <cuda_runtime.h>
 
 #include "dev/cuda/lab.cuh"
+#include "kernels/cuda/cuda_gemv_bulk.cuh"
 #include "kernels/cuda/cuda_gemv_kernel.cuh"
 
 
@@ -809,6 +815,33 @@ static void run_ffma(float *y, const float *x, const bf16 *w, int T, int N, int 
 		ffma_launch<R, 16>(y, x, w, T, N, K);
 }
 
+/* The tree's bulk GEMV (kernels/cuda/cuda_gemv_bulk.cuh) for one weight
+ * and no bias: S stages, BPS blocks a multiprocessor (the tree's:
+ * GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM). */
+template <int S, int BPS, typename XT>
+static void run_bulk(float *y, const float *xf, const bf16 *w, int T, int N, int K)
+{
+	static int sms;
+	const XT *x = sizeof(XT) == 4 ? (const XT *)xf : (const XT *)L.xb;
+	gemv_parts<float> parts = {};
+
+	if (!sms) {
+		CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+		CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S>,
+					   cudaFuncAttributeMaxDynamicSharedMemorySize,
+					   (int)gemv_bulk_smem(S)));
+	}
+	parts.y[0] = y;
+	parts.w[0] = w;
+	parts.N[0] = N;
+	parts.blocks[0] = (N + 7) / 8;
+	parts.n = 1;
+	gemv_bulk_kernel<XT, float, S><<<(unsigned)std::min(parts.blocks[0], sms * BPS),
+					  GEMV_BULK_THREADS, gemv_bulk_smem(S), L.stream>>>(
+		parts, x, T, K);
+	CHECK(cudaGetLastError());
+}
+
 static const struct variant variants[] = {
 	{ "cublas", true, 64, run_cublas },
 	{ "tree", true, 16, run_tree },
@@ -821,6 +854,11 @@ static const struct variant variants[] = {
 	{ "ps2", true, 16, run_ps<2> },
 	{ "tile", true, 16, run_tile<float> },
 	{ "tileb", true, 16, run_tile<bf16> },
+	{ "bulk", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, float> },
+	{ "bulkb", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16> },
+	{ "bulkb6", true, 8, run_bulk<6, 1, bf16> },
+	{ "bulkb8", true, 8, run_bulk<8, 1, bf16> },
+	{ "bulkb3", true, 8, run_bulk<3, 2, bf16> },
 	{ "ffma2", false, 16, run_ffma<2> },
 	{ "ffma4", false, 16, run_ffma<4> },
 };
@@ -1062,6 +1100,7 @@ int main(int argc, char **argv)
 		for (int T : t_list) {
 			std::vector<float> xh((size_t)T * s.K), xr((size_t)T * s.K);
 			double gbs[N_VARIANTS] = { 0 }, err[N_VARIANTS] = { 0 };
+			std::vector<float> tile_y[2]; /* tile's and tileb's outputs, for bulk and bulkb */
 			struct reference ref;
 			char line[256], *p = line;
 
@@ -1086,6 +1125,17 @@ int main(int argc, char **argv)
 						      cudaMemcpyDeviceToHost, L.stream));
 				CHECK(cudaStreamSynchronize(L.stream));
 				err[v] = check(yh, ref, var->rounds_x, rows, T, s.N);
+				if (!strcmp(var->name, "tile") || !strcmp(var->name, "tileb"))
+					tile_y[var->name[4] == 'b'].assign(yh, yh + (size_t)T * s.N);
+				else if (!strncmp(var->name, "bulk", 4)) {
+					const std::vector<float> &ty = tile_y[var->name[4] == 'b'];
+
+					if (!ty.empty() && memcmp(ty.data(), yh, (size_t)T * s.N * 4)) {
+						printf("FAIL %s K %d N %d T %d: not the bits of tile%s\n",
+						       var->name, s.K, s.N, T, var->name[4] == 'b' ? "b" : "");
+						failed = true;
+					}
+				}
 				worst_err[v] = std::max(worst_err[v], err[v]);
 				if (!(err[v] <= 1e-4)) {
 					printf("FAIL %s K %d N %d T %d: err %.3g\n", var->name,

@@ -266,6 +266,9 @@ int kt_cuda_open(const struct kt_config *c, struct kt_backend **out, char *err, 
 	cu->sample_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
 	pthread_mutex_init(&cu->lock, NULL);
 	rc = setup(cu, err, errlen);
+	if (!rc && (rc = cuda_gemv_open(cu)))
+		atlas_errf(err, errlen, rc, "backend cuda: device %d: GEMV setup: %s", cu->device,
+			   strerror(-rc));
 	if (!rc && (rc = cuda_attention_open(cu, c)))
 		atlas_errf(err, errlen, rc, "backend cuda: device %d: attention workspace: %s",
 			   cu->device, strerror(-rc));

@@ -45,12 +45,18 @@
  * only cu_keep_norm() of their callers, and call cu_enter() themselves when
  * they do not take it.
  *
+ * On Hopper, products of up to 8 rows that do not norm their row run the
+ * bulk GEMV instead (cuda_gemv_bulk.cuh): a persistent grid streaming w
+ * through a ring of bulk copies, with the arithmetic of the kernels here,
+ * output for output, so that the kernel a T takes never changes a bit.
+ *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
 #include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_gemv.h"
+#include "kernels/cuda/cuda_gemv_bulk.cuh"
 #include "kernels/cuda/cuda_gemv_kernel.cuh"
 #include "kernels/cuda/cuda_gemv_tile.cuh"
 #include "kernels/cuda/cuda_impl.h"
@@ -117,12 +123,38 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
  * for one weight: dev/cuda/README.md). */
 #define GEMV_NT2_MIN_N 2048
 
+/* Rows of x the bulk GEMV takes (cuda_gemv_bulk.cuh), on a device that has it. */
+#define GEMV_BULK_MAX_T 8
+
+static bool bulk_takes(const struct cuda_backend *cu, int T)
+{
+	return cu->gemv_bulk_blocks > 0 && T <= GEMV_BULK_MAX_T;
+}
+
+template <typename XT, typename B>
+static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
+{
+	int64_t tiles = 0;
+
+	for (int i = 0; i < parts.n; i++) {
+		parts.blocks[i] = (parts.N[i] + 7) / 8;
+		tiles += parts.blocks[i];
+	}
+	cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>,
+		  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
+		  GEMV_BULK_THREADS, gemv_bulk_smem(), cu->stream, parts, x, T, K);
+	CU_LAUNCHED();
+	return 0;
+}
+
 template <typename XT, typename B>
 static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT *x, int T, int K)
 {
 	int64_t rows = 0;
 
 	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
+	if (bulk_takes(cu, T))
+		return launch_bulk(cu, parts, x, T, K);
 	for (int i = 0; i < parts.n; i++)
 		rows += parts.N[i];
 	if (T <= 8)
@@ -214,8 +246,14 @@ template <typename XT, typename OT>
 static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w, const XT *x,
 			  int T, int I, int K, const gemv_norm &norm)
 {
+	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
+
 	if constexpr (is_gemv_xs<XT>::value)
 		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
+	else if (bulk_takes(cu, T))
+		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>,
+			  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
+			  GEMV_BULK_THREADS, gemv_bulk_smem(), cu->stream, act, w, x, T, I, K);
 	else if (T <= 8)
 		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K, norm);
 	else
@@ -323,4 +361,37 @@ int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct k
 	      const struct kt_tensor *w, const struct kt_tensor *bias)
 {
 	return cuda_gemv_n(cu, 1, &y, x, &w, &bias);
+}
+
+/* The shared memory of every bulk GEMV kernel (f32 and bf16 x, each bias
+ * and act dtype) above the 48 KB a launch has without opting in. */
+template <typename XT>
+static int bulk_setup(void)
+{
+	const int bytes = (int)gemv_bulk_smem();
+
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, __nv_bfloat16>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, float>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, __nv_bfloat16>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	return 0;
+}
+
+int cuda_gemv_open(struct cuda_backend *cu)
+{
+	int sms = 0, major = 0, rc;
+
+	cu->gemv_bulk_blocks = 0;
+	CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cu->device));
+	if (major < 9)
+		return 0;
+	CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cu->device));
+	if ((rc = bulk_setup<float>()) || (rc = bulk_setup<__nv_bfloat16>()))
+		return rc;
+	cu->gemv_bulk_blocks = sms * GEMV_BULK_BLOCKS_PER_SM;
+	return 0;
 }

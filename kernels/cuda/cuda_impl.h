@@ -140,6 +140,8 @@ struct cuda_backend {
 				     * matmul_swiglu), whose kernels write only its
 				     * outs: a rope_store may be left pending then */
 	unsigned *norm_count;       /* device [1]: a normed GEMV's blocks past their norm, 0 at rest */
+	int gemv_bulk_blocks;       /* the bulk GEMV's grid (cuda_gemv_bulk.cuh): blocks the
+				     * device holds at once; 0 where it has no bulk copies */
 	struct cuda_graph_entry graphs[CUDA_MAX_GRAPHS]; /* [n_graphs] used, by kt_graph() key */
 	int n_graphs, next_evict;
 	/* Attention (cuda_attention.cu), made by cuda_attention_open: the
@@ -392,6 +394,11 @@ int cuda_kv_stage(struct kt_backend *be, const struct kt_tensor *dst,
 		  size_t host_slot_bytes, int64_t host_slots, const struct kt_tensor *src,
 		  const int32_t *src_host, size_t off, size_t bytes, uint64_t *ticket);
 int cuda_copy_wait(struct kt_backend *be, uint64_t ticket);
+/* The GEMV's state (cuda_gemv.cu): call cuda_gemv_open at open, after the
+ * stream exists; it sets gemv_bulk_blocks and lets the bulk GEMV's kernels
+ * have their shared memory. */
+int cuda_gemv_open(struct cuda_backend *cu);
+
 /* Attention state of the backend: call cuda_attention_open at open, after
  * the stream exists (0 or a negative errno), and cuda_attention_close at
  * close (safe after a failed or missing open). */
