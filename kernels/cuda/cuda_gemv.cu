@@ -386,6 +386,7 @@ int cuda_gemv_open(struct cuda_backend *cu)
 	int sms = 0, major = 0, rc;
 
 	cu->gemv_bulk_blocks = 0;
+	CU_CHECK(cu_device(cu)); /* the attributes below are the current device's */
 	CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cu->device));
 	if (major < 9)
 		return 0;
