@@ -200,18 +200,9 @@ struct gemv_bulk_parts {
 	int K, T;
 	int tiles;
 
-	/* part of tile t, t then its tile in that part */
-	__device__ __forceinline__ int part_of(int &t) const
-	{
-		int i = 0;
-
-		while (i < p.n - 1 && t >= p.blocks[i])
-			t -= p.blocks[i++];
-		return i;
-	}
 	__device__ __forceinline__ const __nv_bfloat16 *row(int t, int j) const
 	{
-		const int i = part_of(t);
+		const int i = gemv_part_of(p, t);
 		const int64_t r = (int64_t)t * 8 + j;
 
 		return r < p.N[i] ? p.w[i] + r * K : NULL;
@@ -219,7 +210,7 @@ struct gemv_bulk_parts {
 	__device__ __forceinline__ void store(int t, int e, float s,
 					      const float (&)[GEMV_WARPS][128]) const
 	{
-		const int i = part_of(t), l = e % 32, c = e / 32;
+		const int i = gemv_part_of(p, t), l = e % 32, c = e / 32;
 		const int tok = (l >> 2) + (c >= 2 ? 8 : 0);
 		const int64_t r = (int64_t)t * 8 + 2 * (l & 3) + (c & 1);
 

@@ -24,6 +24,18 @@ struct gemv_parts {
 	gemv_norm norm;   /* XT a gemv_xs: the row's norm (x is then unused) */
 };
 
+/* The part that block (or tile) `block` of a launch is in; block becomes
+ * its index within that part. */
+template <typename B>
+__device__ __forceinline__ int gemv_part_of(const gemv_parts<B> &parts, int &block)
+{
+	int part = 0;
+
+	while (part < parts.n - 1 && block >= parts.blocks[part])
+		block -= parts.blocks[part++];
+	return part;
+}
+
 /* The tile's rows of x: the rows of x, or (XT = gemv_xs, one row) the
  * block's normed row in shared memory, made by the hook below. */
 template <int HALVES, typename XT>
@@ -66,10 +78,8 @@ gemv_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ 
 	static_assert(E <= D * NT * 32 * 4, "a warp's partial tile fits in its ring");
 	__shared__ __align__(16) uint4 ring[GEMV_WARPS][D][NT][32];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-	int part = 0, block = blockIdx.x;
-
-	while (part < parts.n - 1 && block >= parts.blocks[part])
-		block -= parts.blocks[part++];
+	int block = blockIdx.x;
+	const int part = gemv_part_of(parts, block);
 
 	const __nv_bfloat16 *__restrict__ w = parts.w[part];
 	const B *__restrict__ bias = parts.bias[part];
