@@ -25,7 +25,10 @@
  *    with f32 / bf16 x: a persistent grid, w through a ring of bulk copies
  *    that a producer warp keeps full; its outputs must equal tile's /
  *    tileb's bit for bit (checked on every shape and T); bulkb<S>: S stages
- *    at one block a multiprocessor, bulkb3: 3 stages at two;
+ *    at one block a multiprocessor, bulkb3: 3 stages at two; tilebp and
+ *    bulkbp: tileb and bulkb launched with programmatic serialisation, as
+ *    the backend launches them, so that each launch of the timed graph may
+ *    start while the one before ends;
  *  - ps<NT>: ca<NT, 8> as a persistent grid of one wave;
  *  - ffma<R>: CUDA-core GEMV in f32 (x not rounded): a warp owns R rows,
  *    each lane 8 k of each per step, x read once per step for all R rows,
@@ -663,8 +666,10 @@ static struct lab L;
 /* ---- the tree's tile ------------------------------------------------------------- */
 
 /* The tree's gemv_kernel (kernels/cuda/cuda_gemv_kernel.cuh) for one
- * weight and no bias. */
-template <int NT, int TT, typename XT>
+ * weight and no bias; PDL: launched as the backend launches it on Hopper
+ * (cu_launch with programmatic serialisation), so that in the timed graph
+ * each launch may start while the one before ends. */
+template <int NT, int TT, typename XT, bool PDL>
 static void tile_launch(float *y, const XT *x, const bf16 *w, int T, int N, int K)
 {
 	gemv_parts<float> parts = {};
@@ -674,23 +679,23 @@ static void tile_launch(float *y, const XT *x, const bf16 *w, int T, int N, int 
 	parts.N[0] = N;
 	parts.blocks[0] = (N + 8 * NT - 1) / (8 * NT);
 	parts.n = 1;
-	gemv_kernel<NT, TT, XT, float><<<(unsigned)parts.blocks[0], GEMV_WARPS * 32, 0,
-					 L.stream>>>(parts, x, T, K);
+	cu_launch(PDL, gemv_kernel<NT, TT, XT, float>, (unsigned)parts.blocks[0], GEMV_WARPS * 32, 0,
+		  L.stream, parts, x, T, K);
 	CHECK(cudaGetLastError());
 }
 
 /* The tree's tiling; bf16 x is L.xb, which main fills with x rounded. */
-template <typename XT>
+template <typename XT, bool PDL = false>
 static void run_tile(float *y, const float *xf, const bf16 *w, int T, int N, int K)
 {
 	const XT *x = sizeof(XT) == 4 ? (const XT *)xf : (const XT *)L.xb;
 
 	if (T <= 8)
-		tile_launch<1, 8>(y, x, w, T, N, K);
+		tile_launch<1, 8, XT, PDL>(y, x, w, T, N, K);
 	else if (N < 2048)
-		tile_launch<1, 16>(y, x, w, T, N, K);
+		tile_launch<1, 16, XT, PDL>(y, x, w, T, N, K);
 	else
-		tile_launch<2, 16>(y, x, w, T, N, K);
+		tile_launch<2, 16, XT, PDL>(y, x, w, T, N, K);
 }
 
 struct variant {
@@ -817,8 +822,8 @@ static void run_ffma(float *y, const float *x, const bf16 *w, int T, int N, int 
 
 /* The tree's bulk GEMV (kernels/cuda/cuda_gemv_bulk.cuh) for one weight
  * and no bias: S stages, BPS blocks a multiprocessor (the tree's:
- * GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM). */
-template <int S, int BPS, typename XT>
+ * GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM); PDL as for tile_launch. */
+template <int S, int BPS, typename XT, bool PDL = false>
 static void run_bulk(float *y, const float *xf, const bf16 *w, int T, int N, int K)
 {
 	static int sms;
@@ -829,16 +834,15 @@ static void run_bulk(float *y, const float *xf, const bf16 *w, int T, int N, int
 		CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 		CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize,
-					   (int)gemv_bulk_smem(S)));
+					   (int)gemv_bulk_smem(K, false, S)));
 	}
 	parts.y[0] = y;
 	parts.w[0] = w;
 	parts.N[0] = N;
 	parts.blocks[0] = (N + 7) / 8;
 	parts.n = 1;
-	gemv_bulk_kernel<XT, float, S><<<(unsigned)std::min(parts.blocks[0], sms * BPS),
-					  GEMV_BULK_THREADS, gemv_bulk_smem(S), L.stream>>>(
-		parts, x, T, K);
+	cu_launch(PDL, gemv_bulk_kernel<XT, float, S>, (unsigned)std::min(parts.blocks[0], sms * BPS),
+		  GEMV_BULK_THREADS, gemv_bulk_smem(K, false, S), L.stream, parts, x, T, K);
 	CHECK(cudaGetLastError());
 }
 
@@ -854,8 +858,10 @@ static const struct variant variants[] = {
 	{ "ps2", true, 16, run_ps<2> },
 	{ "tile", true, 16, run_tile<float> },
 	{ "tileb", true, 16, run_tile<bf16> },
+	{ "tilebp", true, 16, run_tile<bf16, true> },
 	{ "bulk", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, float> },
 	{ "bulkb", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16> },
+	{ "bulkbp", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16, true> },
 	{ "bulkb6", true, 8, run_bulk<6, 1, bf16> },
 	{ "bulkb8", true, 8, run_bulk<8, 1, bf16> },
 	{ "bulkb3", true, 8, run_bulk<3, 2, bf16> },

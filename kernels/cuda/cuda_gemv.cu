@@ -45,10 +45,12 @@
  * only cu_keep_norm() of their callers, and call cu_enter() themselves when
  * they do not take it.
  *
- * On Hopper, products of up to 8 rows that do not norm their row run the
- * bulk GEMV instead (cuda_gemv_bulk.cuh): a persistent grid streaming w
- * through a ring of bulk copies, with the arithmetic of the kernels here,
- * output for output, so that the kernel a T takes never changes a bit.
+ * On Hopper, products of up to 8 rows run the bulk GEMV instead
+ * (cuda_gemv_bulk.cuh): a persistent grid streaming w through a ring of
+ * bulk copies, with the arithmetic of the kernels here, output for output,
+ * so that the kernel a T takes never changes a bit. It takes a pending
+ * norm of any number of tiles (its blocks norm the row once each, a grid
+ * of two a multiprocessor), except at K of one k-block (bulk_takes).
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
@@ -126,9 +128,17 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
 /* Rows of x the bulk GEMV takes (cuda_gemv_bulk.cuh), on a device that has it. */
 #define GEMV_BULK_MAX_T 8
 
-static bool bulk_takes(const struct cuda_backend *cu, int T)
+/* Whether the bulk GEMV takes a product of T rows of x, normed (x one row
+ * that the launch norms, cuda_gemv_norm.cuh) or not. A normed row of K of
+ * one k-block (GEMV_KBLOCK) stays on gemv_kernel: at that K a tile is a
+ * single stage with little to overlap, and the bulk kernel's consumers norm
+ * the row before their first mma (an H100, Qwen3-0.6B at batch 1, whose
+ * q/k/v and gate/up are such launches: 1,008 tokens/s with them on the bulk
+ * GEMV, 1,049 on gemv_kernel; unnormed, the same K at 8 rows was faster on
+ * the bulk GEMV, 6,542 against 6,422; docs/perf.md). */
+static bool bulk_takes(const struct cuda_backend *cu, int T, int K, bool normed)
 {
-	return cu->gemv_bulk_blocks > 0 && T <= GEMV_BULK_MAX_T;
+	return cu->gemv_bulk_blocks > 0 && T <= GEMV_BULK_MAX_T && (!normed || K > GEMV_KBLOCK);
 }
 
 template <typename XT, typename B>
@@ -142,7 +152,8 @@ static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x
 	}
 	cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>,
 		  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
-		  GEMV_BULK_THREADS, gemv_bulk_smem(), cu->stream, parts, x, T, K);
+		  GEMV_BULK_THREADS, gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, parts, x,
+		  T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -153,7 +164,7 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
 	int64_t rows = 0;
 
 	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
-	if (bulk_takes(cu, T))
+	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value))
 		return launch_bulk(cu, parts, x, T, K);
 	for (int i = 0; i < parts.n; i++)
 		rows += parts.N[i];
@@ -248,12 +259,13 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 {
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
 
-	if constexpr (is_gemv_xs<XT>::value)
-		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
-	else if (bulk_takes(cu, T))
+	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value))
 		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>,
 			  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
-			  GEMV_BULK_THREADS, gemv_bulk_smem(), cu->stream, act, w, x, T, I, K);
+			  GEMV_BULK_THREADS, gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, act,
+			  w, x, T, I, K, norm);
+	else if constexpr (is_gemv_xs<XT>::value)
+		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
 	else if (T <= 8)
 		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K, norm);
 	else
@@ -279,7 +291,8 @@ int cuda_gemv_swiglu(struct cuda_backend *cu, const struct kt_tensor *act,
 	gemv_norm norm = {};
 
 	/* a normed row takes the tile of 8 gate rows: I / 8 blocks */
-	if ((I + 7) / 8 <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &norm)) {
+	if ((bulk_takes(cu, T, K, true) || (I + 7) / 8 <= GEMV_NORM_MAX_BLOCKS) &&
+	    cuda_norm_take(cu, x, &norm)) {
 		with_norm_row(K, [&](auto xs) { launch_swiglu(cu, act, wd, xs, T, I, K, norm); });
 		CU_LAUNCHED();
 		return 0;
@@ -315,6 +328,8 @@ static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *c
 		parts.bias[i] = biases && biases[i] ? (const B *)biases[i]->data : NULL;
 		parts.N[i] = (int)ws[i]->rows;
 	}
+	if (bulk_takes(cu, T, K, true) && cuda_norm_take(cu, x, &parts.norm))
+		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	if (gemv_blocks(parts, 1) <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &parts.norm))
 		return with_norm_row(K, [&](auto xs) { return launch_tt<1, 8>(cu, parts, xs, T, K); });
 	CU_CHECK(cu_enter(cu));
@@ -363,12 +378,12 @@ int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct k
 	return cuda_gemv_n(cu, 1, &y, x, &w, &bias);
 }
 
-/* The shared memory of every bulk GEMV kernel (f32 and bf16 x, each bias
- * and act dtype) above the 48 KB a launch has without opting in. */
+/* The shared memory of every bulk GEMV kernel (f32, bf16 and normed x,
+ * each bias and act dtype) above the 48 KB a launch has without opting in. */
 template <typename XT>
 static int bulk_setup(void)
 {
-	const int bytes = (int)gemv_bulk_smem();
+	const int bytes = (int)gemv_bulk_smem(GEMV_NORM_MAX_K, is_gemv_xs<XT>::value);
 
 	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float>,
 				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -391,7 +406,9 @@ int cuda_gemv_open(struct cuda_backend *cu)
 	if (major < 9)
 		return 0;
 	CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cu->device));
-	if ((rc = bulk_setup<float>()) || (rc = bulk_setup<__nv_bfloat16>()))
+	if ((rc = bulk_setup<float>()) || (rc = bulk_setup<__nv_bfloat16>()) ||
+	    (rc = bulk_setup<gemv_xs<1>>()) || (rc = bulk_setup<gemv_xs<2>>()) ||
+	    (rc = bulk_setup<gemv_xs<4>>()) || (rc = bulk_setup<gemv_xs<5>>()))
 		return rc;
 	cu->gemv_bulk_blocks = sms * GEMV_BULK_BLOCKS_PER_SM;
 	return 0;

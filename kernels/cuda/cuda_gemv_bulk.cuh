@@ -10,7 +10,8 @@
  * 91 %; 4096 x 4096 is level (72 %), and the Qwen3-0.6B shapes of K = 1024
  * (one k-block a tile) are 15-18 % slower. In the engine, with the kernels
  * around it, batch 1 gained 1.5 % (Qwen3-8B) and 3.1 % (0.6B), batch 8
- * 4.8 % and 1.5 % (docs/perf.md).
+ * 4.8 % and 1.5 %; with the norms taken too (below), Qwen3-8B batch 1
+ * gained 8.0 % more (docs/perf.md).
  *
  * Tiling: a launch's w is a list of tiles of 8 rows (a tile policy below
  * says which rows and where the outputs go). Block b of G owns tiles
@@ -36,17 +37,20 @@
  * bit), so a row of x still gets the same bits for every T up to
  * CUDA_GEMV_MAX_T, whichever kernel a T takes.
  *
- * A launch that norms its row (cuda_gemv_norm.cuh) stays on gemv_kernel:
- * the norm's block reductions take every thread of the block.
+ * A launch that norms its row (cuda_gemv_norm.cuh) has its consumer warps
+ * norm it (block_reduce over their threads, at named barrier 1) while the
+ * producer streams: the producer never waits on the norm, so the first
+ * stages land while the row is normed.
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w: the
  * producer reads nothing else and does not wait for the kernel before, so
  * its first GEMV_BULK_STAGES stages are asked for while that kernel may
  * still run.
  *
- * Shared memory (dynamic): the ring, the consumer warps' partial tiles of
- * two tiles (a tile's sum is read while the next tile's partials are
- * written) and the stages' barriers.
+ * Shared memory (dynamic): the normed row when the launch norms it (K bf16
+ * values at offset 0, where gemv_norm_row_smem has it), the ring, the
+ * consumer warps' partial tiles of two tiles (a tile's sum is read while
+ * the next tile's partials are written) and the stages' barriers.
  */
 #ifndef ATLAS_KERNELS_CUDA_GEMV_BULK_CUH
 #define ATLAS_KERNELS_CUDA_GEMV_BULK_CUH
@@ -69,11 +73,17 @@
 /* Threads of a block: the consumer warps and the producer warp. */
 #define GEMV_BULK_THREADS ((GEMV_WARPS + 1) * 32)
 
-/* Dynamic shared memory of a launch of S stages (the kernel lab tries others). */
-static inline size_t gemv_bulk_smem(int S = GEMV_BULK_STAGES)
+/* Where the ring starts in dynamic shared memory, after a normed row. */
+__host__ __device__ static inline size_t gemv_bulk_ring_offset(int K, bool norm)
 {
-	return (size_t)S * GEMV_BULK_STAGE + 2 * GEMV_WARPS * 128 * sizeof(float) +
-	       2 * S * sizeof(uint64_t);
+	return norm ? ((size_t)K * 2 + 127) / 128 * 128 : 0;
+}
+
+/* Dynamic shared memory of a launch of S stages (the kernel lab tries others). */
+static inline size_t gemv_bulk_smem(int K, bool norm, int S = GEMV_BULK_STAGES)
+{
+	return gemv_bulk_ring_offset(K, norm) + (size_t)S * GEMV_BULK_STAGE +
+	       2 * GEMV_WARPS * 128 * sizeof(float) + 2 * S * sizeof(uint64_t);
 }
 
 /* The block's loop over its tiles. Tiles: a policy with
@@ -85,13 +95,16 @@ static inline size_t gemv_bulk_smem(int S = GEMV_BULK_STAGES)
  * the element layout is gemv_tile_warp's at NT = 1: element i = c·32 + lane
  * is accumulator c of lane `lane` (token (lane >> 2) + 8·(c >= 2), row
  * 2·(lane & 3) + (c & 1) of the tile). Every thread of the block
- * (GEMV_BULK_THREADS) calls it. */
-template <int S, typename XT, typename Tiles>
+ * (GEMV_BULK_THREADS) calls it; after_wait runs on the consumer warps right
+ * after the wait, before x is read (as in gemv_tile_warp); norm: the
+ * launch norms its row (the ring then starts after it). */
+template <int S, typename XT, typename Tiles, typename H>
 __device__ __forceinline__ void gemv_bulk_run(const Tiles &tl, unsigned char *mem, int K,
-					      const XT *x, int T)
+					      const XT *x, int T, bool norm, const H &after_wait)
 {
-	float(*part)[GEMV_WARPS][128] = (float(*)[GEMV_WARPS][128])(mem + S * GEMV_BULK_STAGE);
-	const uint32_t ring = smem_addr(mem);
+	unsigned char *base = mem + gemv_bulk_ring_offset(K, norm);
+	float(*part)[GEMV_WARPS][128] = (float(*)[GEMV_WARPS][128])(base + S * GEMV_BULK_STAGE);
+	const uint32_t ring = smem_addr(base);
 	const uint32_t full = smem_addr(&part[2][0][0]), empty = full + 8 * S;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
 	const int kw = warp * GEMV_KSTEP + 8 * (lane & 3);
@@ -136,6 +149,7 @@ __device__ __forceinline__ void gemv_bulk_run(const Tiles &tl, unsigned char *me
 	}
 	pdl_wait();
 	pdl_launch_dependents();
+	after_wait();
 
 	const XT *xr[1];
 	bool xok[1];
@@ -222,8 +236,29 @@ struct gemv_bulk_parts {
 	}
 };
 
+/* The consumer warps of a launch that norms its row: x is the normed row
+ * in shared memory, made by the hook, and the last block stores x + res. */
+template <int S, typename XT, typename Tiles>
+__device__ __forceinline__ void gemv_bulk_run_x(const Tiles &tl, unsigned char *mem, int K,
+						const XT *x, int T, const gemv_norm &norm)
+{
+	constexpr int NV = is_gemv_xs<XT>::nv, THREADS = GEMV_WARPS * 32;
+
+	if constexpr (is_gemv_xs<XT>::value) {
+		unsigned ticket = 0;
+		float4 keep[NV];
+
+		gemv_bulk_run<S>(tl, mem, K, (const XT *)gemv_norm_row_smem<NV>(), T, true,
+				 gemv_norm_hook<NV, THREADS>{ &norm, K, &ticket, &keep });
+		if (threadIdx.x < THREADS)
+			gemv_norm_finish<NV, THREADS>(norm, K, ticket, keep);
+	} else {
+		gemv_bulk_run<S>(tl, mem, K, x, T, false, gemv_no_hook());
+	}
+}
+
 /* gemv_kernel's products (parts.blocks: each part's tiles of 8 rows) at up
- * to 8 rows of x (f32 or bf16). */
+ * to 8 rows of x (f32, bf16, or a normed row). */
 template <typename XT, typename B, int S = GEMV_BULK_STAGES>
 __global__ void __launch_bounds__(GEMV_BULK_THREADS, GEMV_BULK_BLOCKS_PER_SM)
 gemv_bulk_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ x, int T, int K)
@@ -236,7 +271,7 @@ gemv_bulk_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restri
 
 	const gemv_bulk_parts<B> tl = { parts, K, T, tiles };
 
-	gemv_bulk_run<S>(tl, gemv_bulk_mem, K, x, T);
+	gemv_bulk_run_x<S>(tl, gemv_bulk_mem, K, x, T, parts.norm);
 }
 
 /* Tiles of a stacked gate/up w [2I, K] for matmul_swiglu: tile t holds gate
@@ -274,16 +309,16 @@ struct gemv_bulk_swiglu {
 };
 
 /* gemv_swiglu_kernel's act = silu(x · gateᵀ) · (x · upᵀ) at up to 8 rows of
- * x (f32 or bf16). */
+ * x (f32, bf16, or a normed row). */
 template <typename XT, typename OT, int S = GEMV_BULK_STAGES>
 __global__ void __launch_bounds__(GEMV_BULK_THREADS, GEMV_BULK_BLOCKS_PER_SM)
 gemv_bulk_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
-			const XT *__restrict__ x, int T, int I, int K)
+			const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
 {
 	extern __shared__ __align__(128) unsigned char gemv_bulk_mem[];
 	const gemv_bulk_swiglu<OT> tl = { act, w, I, K, T, (I + 3) / 4 };
 
-	gemv_bulk_run<S>(tl, gemv_bulk_mem, K, x, T);
+	gemv_bulk_run_x<S>(tl, gemv_bulk_mem, K, x, T, norm);
 }
 
 #endif

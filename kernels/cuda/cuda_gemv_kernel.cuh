@@ -51,8 +51,9 @@ __device__ __forceinline__ void gemv_rows_of(const XT *x, int T, int K, int g,
 	}
 }
 
-/* gemv_tile_warp's after_wait of a launch that norms its row. */
-template <int NV>
+/* gemv_tile_warp's after_wait of a launch that norms its row (THREADS:
+ * block_reduce's). */
+template <int NV, int THREADS = 0>
 struct gemv_norm_hook {
 	const gemv_norm *n;
 	int K;
@@ -61,7 +62,7 @@ struct gemv_norm_hook {
 
 	__device__ __forceinline__ void operator()() const
 	{
-		gemv_norm_row<NV>(*n, gemv_norm_row_smem<NV>(), K, ticket, *keep);
+		gemv_norm_row<NV, THREADS>(*n, gemv_norm_row_smem<NV>(), K, ticket, *keep);
 	}
 };
 

@@ -113,11 +113,12 @@ struct gemv_norm_keeps {
 	static constexpr bool value = NV <= 2;
 };
 
-/* Every thread of the block, after pdl_wait: the normed row into xs, x +
- * res into keep (gemv_norm_keeps). x, res and the norm's weight are loaded
- * together, before the sum. With res, thread 0 counts the block and gets
- * its ticket (what the count was). */
-template <int NV>
+/* Every thread of the block (or its first THREADS: block_reduce's), after
+ * pdl_wait: the normed row into xs, x + res into keep (gemv_norm_keeps).
+ * x, res and the norm's weight are loaded together, before the sum. With
+ * res, thread 0 counts the block and gets its ticket (what the count
+ * was). */
+template <int NV, int THREADS = 0>
 __device__ __forceinline__ void gemv_norm_row(const gemv_norm &n, gemv_xs<NV> *xs, int K,
 					      unsigned *ticket, float4 (&keep)[NV])
 {
@@ -126,35 +127,35 @@ __device__ __forceinline__ void gemv_norm_row(const gemv_norm &n, gemv_xs<NV> *x
 	float4 v[NV], g[NV];
 	float inv;
 
-	norm_vec_load(v, reinterpret_cast<const float4 *>(n.x),
+	norm_vec_load<THREADS>(v, reinterpret_cast<const float4 *>(n.x),
 		      reinterpret_cast<const float4 *>(n.res), D4);
 #pragma unroll
 	for (int j = 0; j < NV; j++)
-		if (norm_vec_index(j) < D4)
-			g[j] = n.w_bf16 ? weights4((const __nv_bfloat16 *)n.w, norm_vec_index(j))
-					: weights4((const float *)n.w, norm_vec_index(j));
-	inv = norm_vec_inv(v, D4, n.eps, part);
+		if (norm_vec_index<THREADS>(j) < D4)
+			g[j] = n.w_bf16 ? weights4((const __nv_bfloat16 *)n.w, norm_vec_index<THREADS>(j))
+					: weights4((const float *)n.w, norm_vec_index<THREADS>(j));
+	inv = norm_vec_inv<THREADS>(v, D4, n.eps, part);
 #pragma unroll
 	for (int j = 0; j < NV; j++)
-		if (norm_vec_index(j) < D4)
-			narrow4_to(reinterpret_cast<__nv_bfloat16 *>(xs), norm_vec_index(j),
+		if (norm_vec_index<THREADS>(j) < D4)
+			narrow4_to(reinterpret_cast<__nv_bfloat16 *>(xs), norm_vec_index<THREADS>(j),
 				   norm_vec_out(g[j], v[j], inv));
 	if constexpr (gemv_norm_keeps<NV>::value) {
 #pragma unroll
 		for (int j = 0; j < NV; j++)
 			keep[j] = v[j];
 	}
-	__syncthreads();
+	reduce_sync<THREADS>();
 	if (n.res && threadIdx.x == 0) {
 		__threadfence();
 		*ticket = atomicAdd(n.count, 1u);
 	}
 }
 
-/* Every thread of the block, at its end: the block that counted last
- * stores x + res (rmsnorm's x: kept, or loaded again) and sets the count
- * back. */
-template <int NV>
+/* Every thread of the block (or its first THREADS), at its end: the block
+ * that counted last stores x + res (rmsnorm's x: kept, or loaded again)
+ * and sets the count back. */
+template <int NV, int THREADS = 0>
 __device__ __forceinline__ void gemv_norm_finish(const gemv_norm &n, int K, unsigned ticket,
 						 const float4 (&keep)[NV])
 {
@@ -166,7 +167,7 @@ __device__ __forceinline__ void gemv_norm_finish(const gemv_norm &n, int K, unsi
 		return;
 	if (threadIdx.x == 0)
 		last = ticket == gridDim.x - 1;
-	__syncthreads();
+	reduce_sync<THREADS>();
 	if (!last)
 		return;
 	if constexpr (gemv_norm_keeps<NV>::value) {
@@ -174,13 +175,13 @@ __device__ __forceinline__ void gemv_norm_finish(const gemv_norm &n, int K, unsi
 		for (int j = 0; j < NV; j++)
 			v[j] = keep[j];
 	} else {
-		norm_vec_load(v, reinterpret_cast<const float4 *>(n.x),
+		norm_vec_load<THREADS>(v, reinterpret_cast<const float4 *>(n.x),
 			      reinterpret_cast<const float4 *>(n.res), D4);
 	}
 #pragma unroll
 	for (int j = 0; j < NV; j++)
-		if (norm_vec_index(j) < D4)
-			reinterpret_cast<float4 *>(n.x)[norm_vec_index(j)] = v[j];
+		if (norm_vec_index<THREADS>(j) < D4)
+			reinterpret_cast<float4 *>(n.x)[norm_vec_index<THREADS>(j)] = v[j];
 	if (threadIdx.x == 0)
 		*n.count = 0;
 }

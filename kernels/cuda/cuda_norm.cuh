@@ -39,27 +39,28 @@ __device__ __forceinline__ float4 weights4(const __nv_bfloat16 *w, int64_t i)
 	return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
-/* The float4 index of this thread's j-th vector. */
+/* The float4 index of this thread's j-th vector (THREADS: block_reduce's). */
+template <int THREADS = 0>
 __device__ __forceinline__ int64_t norm_vec_index(int j)
 {
-	return threadIdx.x + (int64_t)j * blockDim.x;
+	return threadIdx.x + (int64_t)j * reduce_threads<THREADS>();
 }
 
 /* v = x (+ res) of this thread's vectors; D4 = D / 4, at most NV ·
  * CUDA_THREADS (NV: the registers a caller gives the row). */
-template <int NV>
+template <int THREADS = 0, int NV>
 __device__ __forceinline__ void norm_vec_load(float4 (&v)[NV], const float4 *xr,
 					      const float4 *rr, int64_t D4)
 {
 #pragma unroll
 	for (int j = 0; j < NV; j++)
-		if (norm_vec_index(j) < D4)
-			v[j] = xr[norm_vec_index(j)];
+		if (norm_vec_index<THREADS>(j) < D4)
+			v[j] = xr[norm_vec_index<THREADS>(j)];
 	if (rr) {
 #pragma unroll
 		for (int j = 0; j < NV; j++)
-			if (norm_vec_index(j) < D4) {
-				const float4 r = rr[norm_vec_index(j)];
+			if (norm_vec_index<THREADS>(j) < D4) {
+				const float4 r = rr[norm_vec_index<THREADS>(j)];
 
 				v[j] = make_float4(v[j].x + r.x, v[j].y + r.y, v[j].z + r.z,
 						   v[j].w + r.w);
@@ -68,7 +69,7 @@ __device__ __forceinline__ void norm_vec_load(float4 (&v)[NV], const float4 *xr,
 }
 
 /* inv of the row, on every thread of the block (block_reduce's barrier). */
-template <int NV>
+template <int THREADS = 0, int NV>
 __device__ __forceinline__ float norm_vec_inv(const float4 (&v)[NV], int64_t D4, float eps,
 					      double *part)
 {
@@ -76,10 +77,10 @@ __device__ __forceinline__ float norm_vec_inv(const float4 (&v)[NV], int64_t D4,
 
 #pragma unroll
 	for (int j = 0; j < NV; j++)
-		if (norm_vec_index(j) < D4)
+		if (norm_vec_index<THREADS>(j) < D4)
 			ss += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y +
 			      (double)v[j].z * v[j].z + (double)v[j].w * v[j].w;
-	ss = block_reduce(ss, op_sum(), 0.0, part);
+	ss = block_reduce<THREADS>(ss, op_sum(), 0.0, part);
 	return 1.0f / sqrtf((float)(ss / (double)(4 * D4)) + eps);
 }
 

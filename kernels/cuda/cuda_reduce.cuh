@@ -34,19 +34,37 @@ template <typename T, typename Op> __device__ __forceinline__ T warp_reduce(T v,
 	return v;
 }
 
-template <typename T, typename Op>
+/* The threads a block reduction spans: the whole block (THREADS = 0), or
+ * its first THREADS threads, which then meet at named barrier 1 (a block
+ * whose other warps never join them: the bulk GEMV's producer). */
+template <int THREADS>
+__device__ __forceinline__ unsigned reduce_threads(void)
+{
+	return THREADS ? (unsigned)THREADS : blockDim.x;
+}
+
+template <int THREADS>
+__device__ __forceinline__ void reduce_sync(void)
+{
+	if constexpr (THREADS > 0)
+		asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+	else
+		__syncthreads();
+}
+
+template <int THREADS = 0, typename T, typename Op>
 __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T *shared32)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int n_warps = (int)(blockDim.x >> 5);
+	const int n_warps = (int)(reduce_threads<THREADS>() >> 5);
 
 	v = warp_reduce(v, op);
 	if (lane == 0)
 		shared32[warp] = v;
-	__syncthreads();
+	reduce_sync<THREADS>();
 	v = lane < n_warps ? shared32[lane] : identity;
 	v = warp_reduce(v, op);
-	__syncthreads();
+	reduce_sync<THREADS>();
 	return v;
 }
 
