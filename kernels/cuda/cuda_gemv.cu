@@ -141,6 +141,13 @@ static bool bulk_takes(const struct cuda_backend *cu, int T, int K, bool normed)
 	return cu->gemv_bulk_blocks > 0 && T <= GEMV_BULK_MAX_T && (!normed || K > GEMV_KBLOCK);
 }
 
+/* The bulk GEMV's grid for a launch of `tiles` tiles: a block a tile, up to
+ * the persistent grid. */
+static unsigned bulk_grid(const struct cuda_backend *cu, int64_t tiles)
+{
+	return (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks);
+}
+
 template <typename XT, typename B>
 static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
 {
@@ -150,10 +157,8 @@ static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x
 		parts.blocks[i] = (parts.N[i] + 7) / 8;
 		tiles += parts.blocks[i];
 	}
-	cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>,
-		  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
-		  GEMV_BULK_THREADS, gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, parts, x,
-		  T, K);
+	cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>, bulk_grid(cu, tiles), GEMV_BULK_THREADS,
+		  gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -260,8 +265,7 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
 
 	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value))
-		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>,
-			  (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks),
+		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>, bulk_grid(cu, tiles),
 			  GEMV_BULK_THREADS, gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, act,
 			  w, x, T, I, K, norm);
 	else if constexpr (is_gemv_xs<XT>::value)

@@ -6,9 +6,10 @@
  * product, on the same backend and from the same x: the product's results
  * and x after its residual add must be the same bits (two rounds, so that
  * x has the residual added twice and a launch's count of blocks starts
- * again from 0; in a graph, recorded once and replayed). Products: matmul,
- * matmul_n (one launch of two weights), matmul_swiglu (the fused SwiGLU
- * GEMV); out read by another op before the product (download: out must be
+ * again from 0; in a graph, recorded once and replayed). Products: matmul
+ * (with and without a bias: cuda's two GEMVs at K 1024 and 2048), matmul_n
+ * (one launch of two weights), matmul_swiglu (the fused SwiGLU GEMV); out
+ * read by another op before the product (download: out must be
  * written); matmul_n whose weights cuda does not take in one launch (its
  * products one after another, each reading out). Shapes: Qwen3-0.6B's and
  * 8B's hidden sizes, 2048 and 2560 (a thread's vectors partly used), 5120
@@ -24,11 +25,12 @@
 #include "tests/ops/ops.h"
 
 enum np_product {
-	NP_MATMUL,     /* y = out · wᵀ */
-	NP_MATMUL_N,   /* y, y2 = out · wᵀ, out · w2ᵀ in one matmul_n */
-	NP_SWIGLU,     /* y = silu(out · w[:I]ᵀ) · (out · w[I:]ᵀ), N = 2I */
-	NP_READ_OUT,   /* out downloaded, then matmul */
-	NP_N_APART,    /* matmul_n with an f32 and a bf16 bias: cuda runs two products */
+	NP_MATMUL,      /* y = out · wᵀ */
+	NP_MATMUL_BIAS, /* y = out · wᵀ + b1 (f32) */
+	NP_MATMUL_N,    /* y, y2 = out · wᵀ, out · w2ᵀ in one matmul_n */
+	NP_SWIGLU,      /* y = silu(out · w[:I]ᵀ) · (out · w[I:]ᵀ), N = 2I */
+	NP_READ_OUT,    /* out downloaded, then matmul */
+	NP_N_APART,     /* matmul_n with an f32 and a bf16 bias: cuda runs two products */
 };
 
 struct np_params {
@@ -110,6 +112,8 @@ static int np_round(void *ctx)
 	switch (p->product) {
 	case NP_MATMUL:
 		return kt_matmul(be, &c->y, &c->out, &c->w, NULL);
+	case NP_MATMUL_BIAS:
+		return kt_matmul(be, &c->y, &c->out, &c->w, &c->b1);
 	case NP_MATMUL_N:
 		return kt_matmul_n(be, 2, ys, &c->out, ws, NULL);
 	case NP_SWIGLU:
@@ -287,6 +291,10 @@ static const struct op_case cases[] = {
 	   .K = 1024, .N = 512, .residual = true),
 	NP("rmsnorm_product: matmul_n of an f32 and a bf16 bias (products apart)",
 	   .product = NP_N_APART, .T = 1, .K = 1024, .N = 512, .residual = true),
+	NP("rmsnorm_product matmul +bias T=1 K=2048 N=512, residual", .product = NP_MATMUL_BIAS,
+	   .T = 1, .K = 2048, .N = 512, .residual = true),
+	NP("rmsnorm_product matmul +bias T=1 K=1024 N=512, residual", .product = NP_MATMUL_BIAS,
+	   .T = 1, .K = 1024, .N = 512, .residual = true),
 	NP("rmsnorm_product matmul_swiglu T=1 K=1024 I=3072, in a graph", .product = NP_SWIGLU,
 	   .T = 1, .K = 1024, .N = 6144, .residual = true, .graph = true),
 	NP_FAULT("rmsnorm_product: out of another width", .overlap = false),
