@@ -236,8 +236,9 @@ struct gemv_bulk_parts {
 	}
 };
 
-/* The consumer warps of a launch that norms its row: x is the normed row
- * in shared memory, made by the hook, and the last block stores x + res. */
+/* gemv_bulk_run on x as the launch has it. A normed row (gemv_xs) is made
+ * in shared memory by the consumer warps' hook, and the block that counts
+ * last stores rmsnorm's x + res; any other x is read as it is. */
 template <int S, typename XT, typename Tiles>
 __device__ __forceinline__ void gemv_bulk_run_x(const Tiles &tl, unsigned char *mem, int K,
 						const XT *x, int T, const gemv_norm &norm)
