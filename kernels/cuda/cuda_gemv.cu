@@ -317,6 +317,11 @@ bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w)
 	       ((uintptr_t)w->data % 16) == 0;
 }
 
+bool cuda_gemv_on_bulk(const struct cuda_backend *cu, const struct kt_tensor *x)
+{
+	return bulk_takes(cu, (int)x->rows, (int)x->cols, false);
+}
+
 template <typename B>
 static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *const *ys,
 		       const struct kt_tensor *x, const struct kt_tensor *const *ws,

@@ -32,9 +32,9 @@
  * launches it first (cu_enter).
  *
  * matmul_swiglu (a stacked gate/up product and its SwiGLU): the GEMV with
- * the SwiGLU in its epilogue when the GEMV takes w (decode sizes) and I is
- * at most CUDA_SWIGLU_FUSE_MAX_I, else the product into gu and swiglu of
- * its halves.
+ * the SwiGLU in its epilogue when the GEMV takes w (decode sizes) and either
+ * runs the bulk GEMV (any I) or I is at most CUDA_SWIGLU_FUSE_MAX_I, else
+ * the product into gu and swiglu of its halves.
  *
  * Launch: to_bf16_kernel and bias_kernel are grid-stride loops over the
  * elements; the product is cuBLAS's choice, on the backend's stream with the
@@ -47,12 +47,15 @@
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/cuda_pdl.cuh"
 
-/* The widest MLP (I) whose matmul_swiglu runs the fused GEMV. Measured on
- * an H100 (docs/perf.md, 2026-11-27), fused against the stacked product
- * and swiglu apart: Qwen3-0.6B (I = 3072) +3 to +5 % tokens/s at batch 1,
- * where the launch it saves is a large share of a small layer; Qwen3-8B
- * (I = 12288) -3 % at batch 8 and 16, its gate and up rows read from two
- * places a block instead of one, and no gain at batch 1. */
+/* The widest MLP (I) whose matmul_swiglu runs the fused gemv_kernel.
+ * Measured on an H100 (docs/perf.md, 2026-11-27), fused against the
+ * stacked product and swiglu apart: Qwen3-0.6B (I = 3072) +3 to +5 %
+ * tokens/s at batch 1, where the launch it saves is a large share of a
+ * small layer; Qwen3-8B (I = 12288) -3 % at batch 8 and 16, its gate and
+ * up rows read from two places a block instead of one, and no gain at
+ * batch 1. The bulk GEMV (up to 8 rows on Hopper) fuses any I: it reads a
+ * tile's rows by bulk copies wherever they are, and Qwen3-8B gained 2.4 %
+ * at batch 1 and 2.2 % at batch 8 (an H100, 2026-11-28). */
 #define CUDA_SWIGLU_FUSE_MAX_I 4096
 
 /* ws[r, k] = bf16(x[r, k0 + k])   ws [rows, kl] packed, x [rows, K] */
@@ -267,7 +270,8 @@ static int matmul_swiglu_run(struct kt_backend *be, const struct kt_tensor *act,
 	    (act->dtype != KT_F32 && act->dtype != KT_BF16) ||
 	    !cu_shape(act, act->dtype, x->rows, w->rows / 2) || w->rows % 2)
 		return -EINVAL;
-	if (x->rows && x->cols && w->rows / 2 <= CUDA_SWIGLU_FUSE_MAX_I && cuda_gemv_takes(x, w)) {
+	if (x->rows && x->cols && cuda_gemv_takes(x, w) &&
+	    (w->rows / 2 <= CUDA_SWIGLU_FUSE_MAX_I || cuda_gemv_on_bulk(cu, x))) {
 		CU_CHECK(cu_keep_norm(cu));
 		return cuda_gemv_swiglu(cu, act, x, w);
 	}

@@ -8,7 +8,8 @@
  * x has the residual added twice and a launch's count of blocks starts
  * again from 0; in a graph, recorded once and replayed). Products: matmul
  * (with and without a bias: cuda's two GEMVs at K 1024 and 2048), matmul_n
- * (one launch of two weights), matmul_swiglu (the fused SwiGLU GEMV); out
+ * (one launch of two weights), matmul_swiglu (the fused SwiGLU GEMV, at
+ * Qwen3-0.6B's MLP and 8B's, whose I only the bulk GEMV fuses); out
  * read by another op before the product (download: out must be
  * written); matmul_n whose weights cuda does not take in one launch (its
  * products one after another, each reading out). Shapes: Qwen3-0.6B's and
@@ -271,6 +272,8 @@ static const struct op_case cases[] = {
 	   .product = NP_SWIGLU, .T = 1, .K = 1024, .N = 6144, .residual = true),
 	NP("rmsnorm_product 8B q/k/v: T=1 K=4096 N=6144, residual", .product = NP_MATMUL,
 	   .T = 1, .K = 4096, .N = 6144, .residual = true),
+	NP("rmsnorm_product 8B MLP: matmul_swiglu T=1 K=4096 I=12288, residual",
+	   .product = NP_SWIGLU, .T = 1, .K = 4096, .N = 24576, .residual = true),
 	NP("rmsnorm_product first layer: T=1 K=4096 N=1024, no residual", .product = NP_MATMUL,
 	   .T = 1, .K = 4096, .N = 1024),
 	NP("rmsnorm_product matmul_n T=1 K=2048 N=1000, f32 norm weight", .product = NP_MATMUL_N,
