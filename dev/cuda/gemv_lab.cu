@@ -25,7 +25,8 @@
  *    with f32 / bf16 x: a persistent grid, w through a ring of bulk copies
  *    that a producer warp keeps full; its outputs must equal tile's /
  *    tileb's bit for bit (checked on every shape and T); bulkb<S>: S stages
- *    at one block a multiprocessor, bulkb3: 3 stages at two; tilebp and
+ *    at one block a multiprocessor, bulkb3: 3 stages at two (bulkbp3,
+ *    bulkbp6: 3 and 6 stages at two, under PDL); tilebp and
  *    bulkbp: tileb and bulkb launched with programmatic serialisation, as
  *    the backend launches them, so that each launch of the timed graph may
  *    start while the one before ends;
@@ -865,6 +866,8 @@ static const struct variant variants[] = {
 	{ "bulkb6", true, 8, run_bulk<6, 1, bf16> },
 	{ "bulkb8", true, 8, run_bulk<8, 1, bf16> },
 	{ "bulkb3", true, 8, run_bulk<3, 2, bf16> },
+	{ "bulkbp3", true, 8, run_bulk<3, 2, bf16, true> },
+	{ "bulkbp6", true, 8, run_bulk<6, 2, bf16, true> },
 	{ "ffma2", false, 16, run_ffma<2> },
 	{ "ffma4", false, 16, run_ffma<4> },
 };

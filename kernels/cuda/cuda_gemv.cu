@@ -50,7 +50,10 @@
  * bulk copies, with the arithmetic of the kernels here, output for output,
  * so that the kernel a T takes never changes a bit. It takes a pending
  * norm of any number of tiles (its blocks norm the row once each, a grid
- * of two a multiprocessor), except at K of one k-block (bulk_takes).
+ * of two a multiprocessor), except at K of one k-block (bulk_takes), and
+ * matmul_swiglu's SwiGLU at any I. A launch of an unnormed x whose blocks
+ * each stream more stages than its ring of 4 holds gets a ring of 6
+ * (bulk_deep).
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
@@ -148,17 +151,34 @@ static unsigned bulk_grid(const struct cuda_backend *cu, int64_t tiles)
 	return (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks);
 }
 
+/* Whether a launch of `tiles` tiles of K takes the bulk GEMV's deep ring
+ * (cuda_gemv_bulk.cuh; an unnormed x only): its blocks each stream more
+ * stages (their tiles' k-blocks) than the shallow ring holds. The depth
+ * changes no arithmetic. */
+static bool bulk_deep(const struct cuda_backend *cu, int64_t tiles, int K)
+{
+	const int64_t grid = bulk_grid(cu, tiles);
+
+	return (tiles + grid - 1) / grid * ((K + GEMV_KBLOCK - 1) / GEMV_KBLOCK) > GEMV_BULK_STAGES;
+}
+
 template <typename XT, typename B>
 static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
 {
+	constexpr bool norm = is_gemv_xs<XT>::value;
+	constexpr int DEEP = gemv_bulk_deep_stages<XT>();
 	int64_t tiles = 0;
 
 	for (int i = 0; i < parts.n; i++) {
 		parts.blocks[i] = (parts.N[i] + 7) / 8;
 		tiles += parts.blocks[i];
 	}
-	cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>, bulk_grid(cu, tiles), GEMV_BULK_THREADS,
-		  gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, parts, x, T, K);
+	if (bulk_deep(cu, tiles, K))
+		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, DEEP>, bulk_grid(cu, tiles),
+			  GEMV_BULK_THREADS, gemv_bulk_smem(K, norm, DEEP), cu->stream, parts, x, T, K);
+	else
+		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>, bulk_grid(cu, tiles), GEMV_BULK_THREADS,
+			  gemv_bulk_smem(K, norm), cu->stream, parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -262,13 +282,19 @@ template <typename XT, typename OT>
 static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w, const XT *x,
 			  int T, int I, int K, const gemv_norm &norm)
 {
+	constexpr int DEEP = gemv_bulk_deep_stages<XT>();
+	constexpr bool normed = is_gemv_xs<XT>::value;
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
 
-	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value))
+	if (bulk_takes(cu, T, K, normed) && bulk_deep(cu, tiles, K))
+		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, DEEP>, bulk_grid(cu, tiles),
+			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed, DEEP), cu->stream, act, w, x, T,
+			  I, K, norm);
+	else if (bulk_takes(cu, T, K, normed))
 		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>, bulk_grid(cu, tiles),
-			  GEMV_BULK_THREADS, gemv_bulk_smem(K, is_gemv_xs<XT>::value), cu->stream, act,
-			  w, x, T, I, K, norm);
-	else if constexpr (is_gemv_xs<XT>::value)
+			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed), cu->stream, act, w, x, T, I, K,
+			  norm);
+	else if constexpr (normed)
 		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
 	else if (T <= 8)
 		launch_swiglu_tt<1, 8>(cu, act, w, x, T, I, K, norm);
@@ -388,21 +414,32 @@ int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct k
 }
 
 /* The shared memory of every bulk GEMV kernel (f32, bf16 and normed x,
- * each bias and act dtype) above the 48 KB a launch has without opting in. */
+ * each bias and act dtype, either ring) above the 48 KB a launch has
+ * without opting in. */
+template <typename XT, int S>
+static int bulk_setup_ring(void)
+{
+	const int bytes = (int)gemv_bulk_smem(GEMV_NORM_MAX_K, is_gemv_xs<XT>::value, S);
+
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, __nv_bfloat16, S>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, float, S>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, __nv_bfloat16, S>,
+				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+	return 0;
+}
+
 template <typename XT>
 static int bulk_setup(void)
 {
-	const int bytes = (int)gemv_bulk_smem(GEMV_NORM_MAX_K, is_gemv_xs<XT>::value);
+	int rc = bulk_setup_ring<XT, GEMV_BULK_STAGES>();
 
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float>,
-				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, __nv_bfloat16>,
-				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, float>,
-				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, __nv_bfloat16>,
-				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	return 0;
+	if constexpr (gemv_bulk_deep_stages<XT>() != GEMV_BULK_STAGES)
+		rc = rc ? rc : bulk_setup_ring<XT, gemv_bulk_deep_stages<XT>()>();
+	return rc;
 }
 
 int cuda_gemv_open(struct cuda_backend *cu)

@@ -44,7 +44,7 @@
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w: the
  * producer reads nothing else and does not wait for the kernel before, so
- * its first GEMV_BULK_STAGES stages are asked for while that kernel may
+ * its first stages (a ring of them) are asked for while that kernel may
  * still run.
  *
  * Shared memory (dynamic): the normed row when the launch norms it (K bf16
@@ -64,8 +64,19 @@
 /* Ring depth: 4 stages of 16.5 KB, two blocks a multiprocessor (76 KB
  * each). On an H100, one block a multiprocessor with 6 stages lost 30 % at
  * Qwen3-8B batch 1 in the engine, and 6 or 8 stages read at about half the
- * rate in the lab (dev/cuda/README.md), for a reason not found. */
+ * rate in the lab (dev/cuda/README.md), for a reason not found.
+ *
+ * A launch of an unnormed x whose blocks each stream more than
+ * GEMV_BULK_STAGES stages takes the deep ring instead (cuda_gemv.cu): 6
+ * stages, still two blocks a multiprocessor. Under PDL in the lab (an
+ * H100, 2026-11-28), 6 stages read the Qwen3-8B shapes at one row 4-10 %
+ * faster than 4, the products of one k-block a tile 4-17 % slower (a block
+ * streams 1-3 stages there). In the engine (docs/perf.md) batch 8 gained 2
+ * % on both models; batch 1 did not gain, and a normed row's launches with
+ * 5 stages (the most that two blocks of the widest normed row fit) lost
+ * 0.9 % at Qwen3-8B batch 1: they keep 4. */
 #define GEMV_BULK_STAGES 4
+#define GEMV_BULK_DEEP_STAGES 6
 #define GEMV_BULK_BLOCKS_PER_SM 2
 #define GEMV_BULK_PITCH (GEMV_KBLOCK * 2 + 64)
 #define GEMV_BULK_STAGE (8 * GEMV_BULK_PITCH)
@@ -74,17 +85,29 @@
 #define GEMV_BULK_THREADS ((GEMV_WARPS + 1) * 32)
 
 /* Where the ring starts in dynamic shared memory, after a normed row. */
-__host__ __device__ static inline size_t gemv_bulk_ring_offset(int K, bool norm)
+__host__ __device__ static constexpr size_t gemv_bulk_ring_offset(int K, bool norm)
 {
 	return norm ? ((size_t)K * 2 + 127) / 128 * 128 : 0;
 }
 
 /* Dynamic shared memory of a launch of S stages (the kernel lab tries others). */
-static inline size_t gemv_bulk_smem(int K, bool norm, int S = GEMV_BULK_STAGES)
+static constexpr size_t gemv_bulk_smem(int K, bool norm, int S = GEMV_BULK_STAGES)
 {
 	return gemv_bulk_ring_offset(K, norm) + (size_t)S * GEMV_BULK_STAGE +
 	       2 * GEMV_WARPS * 128 * sizeof(float) + 2 * S * sizeof(uint64_t);
 }
+
+/* The deep ring's stages for an x of type XT (a gemv_xs, a normed row,
+ * keeps the shallow ring). */
+template <typename XT>
+static constexpr int gemv_bulk_deep_stages()
+{
+	return is_gemv_xs<XT>::value ? GEMV_BULK_STAGES : GEMV_BULK_DEEP_STAGES;
+}
+
+static_assert(GEMV_BULK_BLOCKS_PER_SM * (gemv_bulk_smem(0, false, GEMV_BULK_DEEP_STAGES) + 1024) <=
+		      228 * 1024,
+	      "two blocks of the deep ring fit a Hopper multiprocessor (1 KB reserved a block)");
 
 /* The block's loop over its tiles. Tiles: a policy with
  *   int tiles;                                   tiles of the launch
