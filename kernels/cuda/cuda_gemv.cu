@@ -285,12 +285,13 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 	constexpr int DEEP = gemv_bulk_deep_stages<XT>();
 	constexpr bool normed = is_gemv_xs<XT>::value;
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
+	const bool bulk = bulk_takes(cu, T, K, normed);
 
-	if (bulk_takes(cu, T, K, normed) && bulk_deep(cu, tiles, K))
+	if (bulk && bulk_deep(cu, tiles, K))
 		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, DEEP>, bulk_grid(cu, tiles),
 			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed, DEEP), cu->stream, act, w, x, T,
 			  I, K, norm);
-	else if (bulk_takes(cu, T, K, normed))
+	else if (bulk)
 		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>, bulk_grid(cu, tiles),
 			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed), cu->stream, act, w, x, T, I, K,
 			  norm);

@@ -26,8 +26,8 @@ struct cuda_backend;
 /* The GEMV takes this product: bf16 w, 1..CUDA_GEMV_MAX_T rows, K a
  * multiple of 8 and x, w 16-byte aligned (16-byte loads). */
 bool cuda_gemv_takes(const struct kt_tensor *x, const struct kt_tensor *w);
-/* The GEMV a product of x that it takes runs is the bulk GEMV
- * (cuda_gemv_bulk.cuh: Hopper, at most 8 rows), x unnormed. */
+/* Whether a product of x that the GEMV takes (x not normed) runs on the
+ * bulk GEMV (cuda_gemv_bulk.cuh: Hopper, at most 8 rows of x). */
 bool cuda_gemv_on_bulk(const struct cuda_backend *cu, const struct kt_tensor *x);
 /* Enqueue y = x · wᵀ (+ bias) on cu->stream; arguments checked by the caller. */
 int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct kt_tensor *x,
