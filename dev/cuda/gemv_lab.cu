@@ -26,7 +26,9 @@
  *    that a producer warp keeps full; its outputs must equal tile's /
  *    tileb's bit for bit (checked on every shape and T); bulkb<S>: S stages
  *    at one block a multiprocessor, bulkb3: 3 stages at two (bulkbp3,
- *    bulkbp6: 3 and 6 stages at two, under PDL); tilebp and
+ *    bulkbp6: 3 and 6 stages at two, under PDL; bulkpx, bulkbpx: f32 and
+ *    bf16 x staged in shared memory wherever its rows fit, under PDL; the
+ *    tree stages only the launches that would take the deep ring); tilebp and
  *    bulkbp: tileb and bulkb launched with programmatic serialisation, as
  *    the backend launches them, so that each launch of the timed graph may
  *    start while the one before ends;
@@ -823,27 +825,40 @@ static void run_ffma(float *y, const float *x, const bf16 *w, int T, int N, int 
 
 /* The tree's bulk GEMV (kernels/cuda/cuda_gemv_bulk.cuh) for one weight
  * and no bias: S stages, BPS blocks a multiprocessor (the tree's:
- * GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM); PDL as for tile_launch. */
-template <int S, int BPS, typename XT, bool PDL = false>
+ * GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM); PDL as for tile_launch; XS:
+ * x staged in shared memory wherever its rows fit GEMV_BULK_XS_MAX (wider
+ * x is read from global memory, at S stages). */
+template <int S, int BPS, typename XT, bool PDL = false, bool XS = false>
 static void run_bulk(float *y, const float *xf, const bf16 *w, int T, int N, int K)
 {
 	static int sms;
 	const XT *x = sizeof(XT) == 4 ? (const XT *)xf : (const XT *)L.xb;
+	const bool xs = XS && gemv_bulk_xs_bytes(T, K) <= GEMV_BULK_XS_MAX;
+	const unsigned threads = GEMV_BULK_THREADS;
 	gemv_parts<float> parts = {};
 
 	if (!sms) {
 		CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 		CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S>,
 					   cudaFuncAttributeMaxDynamicSharedMemorySize,
-					   (int)gemv_bulk_smem(K, false, S)));
+					   (int)gemv_bulk_smem(0, S)));
+		CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S, true>,
+					   cudaFuncAttributeMaxDynamicSharedMemorySize,
+					   (int)gemv_bulk_smem(GEMV_BULK_XS_MAX, S)));
 	}
 	parts.y[0] = y;
 	parts.w[0] = w;
 	parts.N[0] = N;
 	parts.blocks[0] = (N + 7) / 8;
 	parts.n = 1;
-	cu_launch(PDL, gemv_bulk_kernel<XT, float, S>, (unsigned)std::min(parts.blocks[0], sms * BPS),
-		  GEMV_BULK_THREADS, gemv_bulk_smem(K, false, S), L.stream, parts, x, T, K);
+	const unsigned grid = (unsigned)std::min(parts.blocks[0], sms * BPS);
+
+	if (xs)
+		cu_launch(PDL, gemv_bulk_kernel<XT, float, S, true>, grid, threads,
+			  gemv_bulk_smem(gemv_bulk_xs_bytes(T, K), S), L.stream, parts, x, T, K);
+	else
+		cu_launch(PDL, gemv_bulk_kernel<XT, float, S>, grid, threads, gemv_bulk_smem(0, S),
+			  L.stream, parts, x, T, K);
 	CHECK(cudaGetLastError());
 }
 
@@ -868,6 +883,8 @@ static const struct variant variants[] = {
 	{ "bulkb3", true, 8, run_bulk<3, 2, bf16> },
 	{ "bulkbp3", true, 8, run_bulk<3, 2, bf16, true> },
 	{ "bulkbp6", true, 8, run_bulk<6, 2, bf16, true> },
+	{ "bulkpx", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, float, true, true> },
+	{ "bulkbpx", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16, true, true> },
 	{ "ffma2", false, 16, run_ffma<2> },
 	{ "ffma4", false, 16, run_ffma<4> },
 };

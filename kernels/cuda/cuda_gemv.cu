@@ -52,8 +52,9 @@
  * norm of any number of tiles (its blocks norm the row once each, a grid
  * of two a multiprocessor), except at K of one k-block (bulk_takes), and
  * matmul_swiglu's SwiGLU at any I. A launch of an unnormed x whose blocks
- * each stream more stages than its ring of 4 holds gets a ring of 6
- * (bulk_deep).
+ * each stream more stages than its ring of 4 holds (bulk_deep) stages x in
+ * shared memory where its rows fit (bulk_stages_x), and otherwise gets a
+ * ring of 6.
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */
@@ -151,10 +152,23 @@ static unsigned bulk_grid(const struct cuda_backend *cu, int64_t tiles)
 	return (unsigned)(tiles < cu->gemv_bulk_blocks ? tiles : cu->gemv_bulk_blocks);
 }
 
+/* Whether a bulk launch of an unnormed x of T rows of K that bulk_deep
+ * takes stages x in shared memory (cuda_gemv_bulk.cuh says why): its rows
+ * fit GEMV_BULK_XS_MAX. Such a launch keeps the shallow ring, beside which
+ * they fit. Only long launches stage: on an H200, staging every x that
+ * fits lost 1.3 % at Qwen3-0.6B batch 8, whose K = 1,024 products stream
+ * 1-2 stages a block; staged only where bulk_deep holds, the same batch
+ * gained 1.4 % (lm_head) and Qwen3-8B batch 1 2.2 % (docs/perf.md).
+ * Staging changes no arithmetic. */
+static bool bulk_stages_x(int T, int K)
+{
+	return gemv_bulk_xs_bytes(T, K) <= GEMV_BULK_XS_MAX;
+}
+
 /* Whether a launch of `tiles` tiles of K takes the bulk GEMV's deep ring
- * (cuda_gemv_bulk.cuh; an unnormed x only): its blocks each stream more
- * stages (their tiles' k-blocks) than the shallow ring holds. The depth
- * changes no arithmetic. */
+ * (cuda_gemv_bulk.cuh; an unnormed x too wide to stage only): its blocks
+ * each stream more stages (their tiles' k-blocks) than the shallow ring
+ * holds. The depth changes no arithmetic. */
 static bool bulk_deep(const struct cuda_backend *cu, int64_t tiles, int K)
 {
 	const int64_t grid = bulk_grid(cu, tiles);
@@ -162,23 +176,41 @@ static bool bulk_deep(const struct cuda_backend *cu, int64_t tiles, int K)
 	return (tiles + grid - 1) / grid * ((K + GEMV_KBLOCK - 1) / GEMV_KBLOCK) > GEMV_BULK_STAGES;
 }
 
+/* The bulk GEMV's shared memory for a normed row (NORM) or an x of T rows
+ * of K that stages (XS) or not. */
+template <bool NORM, bool XS, int S = GEMV_BULK_STAGES>
+static size_t bulk_smem(int T, int K)
+{
+	return gemv_bulk_smem(NORM ? gemv_bulk_norm_bytes(K) : XS ? gemv_bulk_xs_bytes(T, K) : 0, S);
+}
+
 template <typename XT, typename B>
 static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, int T, int K)
 {
 	constexpr bool norm = is_gemv_xs<XT>::value;
 	constexpr int DEEP = gemv_bulk_deep_stages<XT>();
+	const unsigned threads = GEMV_BULK_THREADS;
 	int64_t tiles = 0;
 
 	for (int i = 0; i < parts.n; i++) {
 		parts.blocks[i] = (parts.N[i] + 7) / 8;
 		tiles += parts.blocks[i];
 	}
+	const unsigned grid = bulk_grid(cu, tiles);
+
+	if constexpr (!norm)
+		if (bulk_deep(cu, tiles, K) && bulk_stages_x(T, K)) {
+			cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, GEMV_BULK_STAGES, true>, grid,
+				  threads, bulk_smem<norm, true>(T, K), cu->stream, parts, x, T, K);
+			CU_LAUNCHED();
+			return 0;
+		}
 	if (bulk_deep(cu, tiles, K))
-		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, DEEP>, bulk_grid(cu, tiles),
-			  GEMV_BULK_THREADS, gemv_bulk_smem(K, norm, DEEP), cu->stream, parts, x, T, K);
+		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, DEEP>, grid, threads,
+			  bulk_smem<norm, false, DEEP>(T, K), cu->stream, parts, x, T, K);
 	else
-		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>, bulk_grid(cu, tiles), GEMV_BULK_THREADS,
-			  gemv_bulk_smem(K, norm), cu->stream, parts, x, T, K);
+		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B>, grid, threads,
+			  bulk_smem<norm, false>(T, K), cu->stream, parts, x, T, K);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -286,15 +318,21 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 	constexpr bool normed = is_gemv_xs<XT>::value;
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
 	const bool bulk = bulk_takes(cu, T, K, normed);
+	const unsigned grid = bulk_grid(cu, tiles), threads = GEMV_BULK_THREADS;
 
+	if constexpr (!normed)
+		if (bulk && bulk_deep(cu, tiles, K) && bulk_stages_x(T, K)) {
+			cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, GEMV_BULK_STAGES, true>,
+				  grid, threads, bulk_smem<normed, true>(T, K), cu->stream, act, w, x,
+				  T, I, K, norm);
+			return;
+		}
 	if (bulk && bulk_deep(cu, tiles, K))
-		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, DEEP>, bulk_grid(cu, tiles),
-			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed, DEEP), cu->stream, act, w, x, T,
-			  I, K, norm);
+		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, DEEP>, grid, threads,
+			  bulk_smem<normed, false, DEEP>(T, K), cu->stream, act, w, x, T, I, K, norm);
 	else if (bulk)
-		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>, bulk_grid(cu, tiles),
-			  GEMV_BULK_THREADS, gemv_bulk_smem(K, normed), cu->stream, act, w, x, T, I, K,
-			  norm);
+		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT>, grid, threads,
+			  bulk_smem<normed, false>(T, K), cu->stream, act, w, x, T, I, K, norm);
 	else if constexpr (normed)
 		launch_swiglu_tt<2, 8>(cu, act, w, x, T, I, K, norm);
 	else if (T <= 8)
@@ -415,20 +453,23 @@ int cuda_gemv(struct cuda_backend *cu, const struct kt_tensor *y, const struct k
 }
 
 /* The shared memory of every bulk GEMV kernel (f32, bf16 and normed x,
- * each bias and act dtype, either ring) above the 48 KB a launch has
- * without opting in. */
-template <typename XT, int S>
+ * staged or not, each bias and act dtype, either ring) above the 48 KB a
+ * launch has without opting in. */
+template <typename XT, int S, bool XS = false>
 static int bulk_setup_ring(void)
 {
-	const int bytes = (int)gemv_bulk_smem(GEMV_NORM_MAX_K, is_gemv_xs<XT>::value, S);
+	const size_t xbytes = is_gemv_xs<XT>::value ? gemv_bulk_norm_bytes(GEMV_NORM_MAX_K)
+				: XS			 ? (size_t)GEMV_BULK_XS_MAX
+							 : 0;
+	const int bytes = (int)gemv_bulk_smem(xbytes, S);
 
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S>,
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, float, S, XS>,
 				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, __nv_bfloat16, S>,
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_kernel<XT, __nv_bfloat16, S, XS>,
 				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, float, S>,
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, float, S, XS>,
 				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, __nv_bfloat16, S>,
+	CU_CHECK(cudaFuncSetAttribute(gemv_bulk_swiglu_kernel<XT, __nv_bfloat16, S, XS>,
 				      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 	return 0;
 }
@@ -438,6 +479,8 @@ static int bulk_setup(void)
 {
 	int rc = bulk_setup_ring<XT, GEMV_BULK_STAGES>();
 
+	if constexpr (!is_gemv_xs<XT>::value)
+		rc = rc ? rc : bulk_setup_ring<XT, GEMV_BULK_STAGES, true>();
 	if constexpr (gemv_bulk_deep_stages<XT>() != GEMV_BULK_STAGES)
 		rc = rc ? rc : bulk_setup_ring<XT, gemv_bulk_deep_stages<XT>()>();
 	return rc;

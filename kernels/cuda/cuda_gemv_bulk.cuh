@@ -42,15 +42,26 @@
  * producer streams: the producer never waits on the norm, so the first
  * stages land while the row is normed.
  *
+ * A launch of any other x may stage it (XS; cuda_gemv.cu decides): its
+ * consumer warps copy x's rows into shared memory first, rounded to bf16
+ * as the mma takes them (the same bits), GEMV_BULK_XS_LD(K) values a row,
+ * and read it from there. Read from global memory, x is a load a warp
+ * every stage, and a load that misses L1 waits behind the block's own
+ * stream: on an H200, ncu put 58 % of the warps' stall cycles on such
+ * loads (4096 -> 12288 at one row), and staging x gained Qwen3-8B batch 1
+ * 2.2 % (docs/perf.md). A launch whose blocks stream only a few stages
+ * loses by it: the copy is one more round trip before the first mma.
+ *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w: the
  * producer reads nothing else and does not wait for the kernel before, so
  * its first stages (a ring of them) are asked for while that kernel may
  * still run.
  *
  * Shared memory (dynamic): the normed row when the launch norms it (K bf16
- * values at offset 0, where gemv_norm_row_smem has it), the ring, the
- * consumer warps' partial tiles of two tiles (a tile's sum is read while
- * the next tile's partials are written) and the stages' barriers.
+ * values at offset 0, where gemv_norm_row_smem has it) or the staged x,
+ * the ring, the consumer warps' partial tiles of two tiles (a tile's sum
+ * is read while the next tile's partials are written) and the stages'
+ * barriers.
  */
 #ifndef ATLAS_KERNELS_CUDA_GEMV_BULK_CUH
 #define ATLAS_KERNELS_CUDA_GEMV_BULK_CUH
@@ -67,8 +78,8 @@
  * rate in the lab (dev/cuda/README.md), for a reason not found.
  *
  * A launch of an unnormed x whose blocks each stream more than
- * GEMV_BULK_STAGES stages takes the deep ring instead (cuda_gemv.cu): 6
- * stages, still two blocks a multiprocessor. Under PDL in the lab (an
+ * GEMV_BULK_STAGES stages, and which does not stage x, takes the deep ring
+ * instead (cuda_gemv.cu): 6 stages, still two blocks a multiprocessor. Under PDL in the lab (an
  * H100, 2026-11-28), 6 stages read the Qwen3-8B shapes at one row up to
  * 9 % faster than 4 and the 0.6B lm_head 12 % faster, but the 0.6B
  * products of K = 1,024 into 2,048 and 3,072 rows 10-17 % slower (a block
@@ -85,16 +96,35 @@
 /* Threads of a block: the consumer warps and the producer warp. */
 #define GEMV_BULK_THREADS ((GEMV_WARPS + 1) * 32)
 
-/* Where the ring starts in dynamic shared memory, after a normed row. */
-__host__ __device__ static constexpr size_t gemv_bulk_ring_offset(int K, bool norm)
+/* Staged x (above): the most bytes of its rows (one row up to K = 19,424,
+ * 8 rows up to K = 2,400), and their stride in values. 32 values past K put
+ * the rows' 64-byte runs that a quarter of a warp reads (4 lanes of rows g
+ * and g + 1) in other banks. With the shallow ring, two blocks still fit a
+ * multiprocessor (the assert below). */
+#define GEMV_BULK_XS_MAX (38 * 1024)
+#define GEMV_BULK_XS_LD(K) ((K) + 32)
+
+/* Bytes of x a block holds before its ring: the normed row, or staged x. */
+__host__ __device__ static constexpr size_t gemv_bulk_norm_bytes(int K)
 {
-	return norm ? ((size_t)K * 2 + 127) / 128 * 128 : 0;
+	return (size_t)K * 2;
+}
+
+__host__ __device__ static constexpr size_t gemv_bulk_xs_bytes(int T, int K)
+{
+	return (size_t)T * GEMV_BULK_XS_LD(K) * 2;
+}
+
+/* Where the ring starts in dynamic shared memory, after xbytes of x. */
+__host__ __device__ static constexpr size_t gemv_bulk_ring_offset(size_t xbytes)
+{
+	return (xbytes + 127) / 128 * 128;
 }
 
 /* Dynamic shared memory of a launch of S stages (the kernel lab tries others). */
-static constexpr size_t gemv_bulk_smem(int K, bool norm, int S = GEMV_BULK_STAGES)
+static constexpr size_t gemv_bulk_smem(size_t xbytes, int S = GEMV_BULK_STAGES)
 {
-	return gemv_bulk_ring_offset(K, norm) + (size_t)S * GEMV_BULK_STAGE +
+	return gemv_bulk_ring_offset(xbytes) + (size_t)S * GEMV_BULK_STAGE +
 	       2 * GEMV_WARPS * 128 * sizeof(float) + 2 * S * sizeof(uint64_t);
 }
 
@@ -106,9 +136,11 @@ static constexpr int gemv_bulk_deep_stages()
 	return is_gemv_xs<XT>::value ? GEMV_BULK_STAGES : GEMV_BULK_DEEP_STAGES;
 }
 
-static_assert(GEMV_BULK_BLOCKS_PER_SM * (gemv_bulk_smem(0, false, GEMV_BULK_DEEP_STAGES) + 1024) <=
+static_assert(GEMV_BULK_BLOCKS_PER_SM * (gemv_bulk_smem(0, GEMV_BULK_DEEP_STAGES) + 1024) <=
 		      228 * 1024,
 	      "two blocks of the deep ring fit a Hopper multiprocessor (1 KB reserved a block)");
+static_assert(GEMV_BULK_BLOCKS_PER_SM * (gemv_bulk_smem(GEMV_BULK_XS_MAX) + 1024) <= 228 * 1024,
+	      "two blocks of the shallow ring and staged x fit a Hopper multiprocessor");
 
 /* The block's loop over its tiles. Tiles: a policy with
  *   int tiles;                                   tiles of the launch
@@ -120,13 +152,15 @@ static_assert(GEMV_BULK_BLOCKS_PER_SM * (gemv_bulk_smem(0, false, GEMV_BULK_DEEP
  * is accumulator c of lane `lane` (token (lane >> 2) + 8·(c >= 2), row
  * 2·(lane & 3) + (c & 1) of the tile). Every thread of the block
  * (GEMV_BULK_THREADS) calls it; after_wait runs on the consumer warps right
- * after the wait, before x is read (as in gemv_tile_warp); norm: the
- * launch norms its row (the ring then starts after it). */
+ * after the wait, before x is read (as in gemv_tile_warp), and may make x
+ * in shared memory; x: T rows ldx values apart; xbytes: the bytes of x in
+ * shared memory (the ring starts after them). */
 template <int S, typename XT, typename Tiles, typename H>
 __device__ __forceinline__ void gemv_bulk_run(const Tiles &tl, unsigned char *mem, int K,
-					      const XT *x, int T, bool norm, const H &after_wait)
+					      const XT *x, int T, int ldx, size_t xbytes,
+					      const H &after_wait)
 {
-	unsigned char *base = mem + gemv_bulk_ring_offset(K, norm);
+	unsigned char *base = mem + gemv_bulk_ring_offset(xbytes);
 	float(*part)[GEMV_WARPS][128] = (float(*)[GEMV_WARPS][128])(base + S * GEMV_BULK_STAGE);
 	const uint32_t ring = smem_addr(base);
 	const uint32_t full = smem_addr(&part[2][0][0]), empty = full + 8 * S;
@@ -175,11 +209,10 @@ __device__ __forceinline__ void gemv_bulk_run(const Tiles &tl, unsigned char *me
 	pdl_launch_dependents();
 	after_wait();
 
-	const XT *xr[1];
-	bool xok[1];
+	const bool xok[1] = { g < T };
+	const XT *const xr[1] = { x + (int64_t)(xok[0] ? g : 0) * ldx };
 	int it = 0;
 
-	gemv_x_rows<1>(x, T, K, g, xr, xok);
 	for (int t = t0; t < t1; t++) {
 		float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
@@ -260,10 +293,52 @@ struct gemv_bulk_parts {
 	}
 };
 
+/* The consumer warps' hook of a launch that stages x: its T rows of K (f32
+ * or bf16 in global memory) into xs, GEMV_BULK_XS_LD(K) values apart, in
+ * bf16 as gemv_x packs them for the mma; K a multiple of 8. A thread loads
+ * up to 4 vectors of 8 values before it stores any, so their round trips
+ * overlap. */
+template <typename XT>
+struct gemv_bulk_stage_x {
+	const XT *x;
+	__nv_bfloat16 *xs;
+	int T, K;
+
+	__device__ __forceinline__ void operator()() const
+	{
+		constexpr int THREADS = GEMV_WARPS * 32, U = 4;
+		const int n8 = K / 8, n = T * n8;
+
+		for (int i0 = (int)threadIdx.x; i0 < n; i0 += U * THREADS) {
+			gemv_x<XT> v[U];
+
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int i = i0 + u * THREADS;
+
+				v[u].load(x + (int64_t)(i / n8) * K, i < n, i % n8 * 8, K);
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int i = i0 + u * THREADS;
+				uint32_t a[4];
+
+				if (i >= n)
+					break;
+				v[u].pack(a);
+				*(uint4 *)(xs + (int64_t)(i / n8) * GEMV_BULK_XS_LD(K) + i % n8 * 8) =
+					make_uint4(a[0], a[1], a[2], a[3]);
+			}
+		}
+		asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+	}
+};
+
 /* gemv_bulk_run on x as the launch has it. A normed row (gemv_xs) is made
  * in shared memory by the consumer warps' hook, and the block that counts
- * last stores rmsnorm's x + res; any other x is read as it is. */
-template <int S, typename XT, typename Tiles>
+ * last stores rmsnorm's x + res; XS: x is staged in shared memory
+ * (gemv_bulk_stage_x) and read from there; otherwise x is read as it is. */
+template <int S, bool XS, typename XT, typename Tiles>
 __device__ __forceinline__ void gemv_bulk_run_x(const Tiles &tl, unsigned char *mem, int K,
 						const XT *x, int T, const gemv_norm &norm)
 {
@@ -273,18 +348,24 @@ __device__ __forceinline__ void gemv_bulk_run_x(const Tiles &tl, unsigned char *
 		unsigned ticket = 0;
 		float4 keep[NV];
 
-		gemv_bulk_run<S>(tl, mem, K, (const XT *)gemv_norm_row_smem<NV>(), T, true,
+		gemv_bulk_run<S>(tl, mem, K, (const XT *)gemv_norm_row_smem<NV>(), T, K,
+				 gemv_bulk_norm_bytes(K),
 				 gemv_norm_hook<NV, THREADS>{ &norm, K, &ticket, &keep });
 		if (threadIdx.x < THREADS)
 			gemv_norm_finish<NV, THREADS>(norm, K, ticket, keep);
+	} else if constexpr (XS) {
+		__nv_bfloat16 *xs = (__nv_bfloat16 *)mem;
+
+		gemv_bulk_run<S>(tl, mem, K, (const gemv_xs<1> *)xs, T, GEMV_BULK_XS_LD(K),
+				 gemv_bulk_xs_bytes(T, K), gemv_bulk_stage_x<XT>{ x, xs, T, K });
 	} else {
-		gemv_bulk_run<S>(tl, mem, K, x, T, false, gemv_no_hook());
+		gemv_bulk_run<S>(tl, mem, K, x, T, K, 0, gemv_no_hook());
 	}
 }
 
 /* gemv_kernel's products (parts.blocks: each part's tiles of 8 rows) at up
- * to 8 rows of x (f32, bf16, or a normed row). */
-template <typename XT, typename B, int S = GEMV_BULK_STAGES>
+ * to 8 rows of x (f32, bf16, or a normed row; XS: staged). */
+template <typename XT, typename B, int S = GEMV_BULK_STAGES, bool XS = false>
 __global__ void __launch_bounds__(GEMV_BULK_THREADS, GEMV_BULK_BLOCKS_PER_SM)
 gemv_bulk_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restrict__ x, int T, int K)
 {
@@ -296,7 +377,7 @@ gemv_bulk_kernel(const __grid_constant__ gemv_parts<B> parts, const XT *__restri
 
 	const gemv_bulk_parts<B> tl = { parts, K, T, tiles };
 
-	gemv_bulk_run_x<S>(tl, gemv_bulk_mem, K, x, T, parts.norm);
+	gemv_bulk_run_x<S, XS>(tl, gemv_bulk_mem, K, x, T, parts.norm);
 }
 
 /* Tiles of a stacked gate/up w [2I, K] for matmul_swiglu: tile t holds gate
@@ -334,8 +415,8 @@ struct gemv_bulk_swiglu {
 };
 
 /* gemv_swiglu_kernel's act = silu(x · gateᵀ) · (x · upᵀ) at up to 8 rows of
- * x (f32, bf16, or a normed row). */
-template <typename XT, typename OT, int S = GEMV_BULK_STAGES>
+ * x (f32, bf16, or a normed row; XS: staged). */
+template <typename XT, typename OT, int S = GEMV_BULK_STAGES, bool XS = false>
 __global__ void __launch_bounds__(GEMV_BULK_THREADS, GEMV_BULK_BLOCKS_PER_SM)
 gemv_bulk_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
 			const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
@@ -343,7 +424,7 @@ gemv_bulk_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ 
 	extern __shared__ __align__(128) unsigned char gemv_bulk_mem[];
 	const gemv_bulk_swiglu<OT> tl = { act, w, I, K, T, (I + 3) / 4 };
 
-	gemv_bulk_run_x<S>(tl, gemv_bulk_mem, K, x, T, norm);
+	gemv_bulk_run_x<S, XS>(tl, gemv_bulk_mem, K, x, T, norm);
 }
 
 #endif

@@ -408,6 +408,8 @@ static const struct op_case cases[] = {
 	MM("matmul T=1 K=3072 N=1024 w bf16 x in a bf16 tensor +bias bf16 (GEMV, 128 blocks)",
 	   .T = 1, .K = 3072, .N = 1024, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true,
 	   .bias = BIAS_BF16),
+	MM("matmul T=5 K=4096 N=4200 w bf16 x in a bf16 tensor (cuda: the bulk GEMV, x too wide to stage)",
+	   .T = 5, .K = 4096, .N = 4200, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true),
 	MM("matmul T=16 K=1024 N=3000 w bf16 x in a bf16 tensor +bias bf16 (GEMV tile of 16)",
 	   .T = 16, .K = 1024, .N = 3000, .w = W_BF16, .x_bf16 = true, .x_tensor_bf16 = true,
 	   .bias = BIAS_BF16),
@@ -430,6 +432,11 @@ static const struct op_case cases[] = {
 	    .windows = { { 0, 21 }, { 14, 2 }, { 2, 3 }, { 8, 4 }, { 0, 5 }, { 12, 6 }, { 1, 7 },
 			 { 8, 8 }, { 3, 9 }, { 10, 10 }, { 0, 11 }, { 4, 12 }, { 0, 13 },
 			 { 2, 14 }, { 6, 15 }, { 0, 16 }, { 5, 16 } }),
+	/* cuda: one tile a block of 5 k-blocks: 1-3 rows stage x in the bulk
+	 * GEMV, 4-8 read it from global memory (deep ring), 9-12 gemv_kernel */
+	INV("matmul batch invariance R=12 K=5000 N=64 bf16", .R = 12, .K = 5000, .N = 64,
+	    .bf16 = true,
+	    .windows = { { 0, 12 }, { 3, 1 }, { 0, 2 }, { 5, 3 }, { 1, 4 }, { 4, 8 }, { 2, 9 } }),
 	FAULT("matmul: w of other columns", FAULT_W_COLS),
 	FAULT("matmul: y of other columns", FAULT_Y_COLS),
 	FAULT("matmul: bias of other columns", FAULT_BIAS_COLS),
