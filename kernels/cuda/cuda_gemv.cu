@@ -197,15 +197,16 @@ static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x
 		tiles += parts.blocks[i];
 	}
 	const unsigned grid = bulk_grid(cu, tiles);
+	const bool deep = bulk_deep(cu, tiles, K);
 
 	if constexpr (!norm)
-		if (bulk_deep(cu, tiles, K) && bulk_stages_x(T, K)) {
+		if (deep && bulk_stages_x(T, K)) {
 			cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, GEMV_BULK_STAGES, true>, grid,
 				  threads, bulk_smem<norm, true>(T, K), cu->stream, parts, x, T, K);
 			CU_LAUNCHED();
 			return 0;
 		}
-	if (bulk_deep(cu, tiles, K))
+	if (deep)
 		cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, DEEP>, grid, threads,
 			  bulk_smem<norm, false, DEEP>(T, K), cu->stream, parts, x, T, K);
 	else
@@ -317,17 +318,17 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 	constexpr int DEEP = gemv_bulk_deep_stages<XT>();
 	constexpr bool normed = is_gemv_xs<XT>::value;
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
-	const bool bulk = bulk_takes(cu, T, K, normed);
+	const bool bulk = bulk_takes(cu, T, K, normed), deep = bulk && bulk_deep(cu, tiles, K);
 	const unsigned grid = bulk_grid(cu, tiles), threads = GEMV_BULK_THREADS;
 
 	if constexpr (!normed)
-		if (bulk && bulk_deep(cu, tiles, K) && bulk_stages_x(T, K)) {
+		if (deep && bulk_stages_x(T, K)) {
 			cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, GEMV_BULK_STAGES, true>,
 				  grid, threads, bulk_smem<normed, true>(T, K), cu->stream, act, w, x,
 				  T, I, K, norm);
 			return;
 		}
-	if (bulk && bulk_deep(cu, tiles, K))
+	if (deep)
 		cu_launch(cu->pdl, gemv_bulk_swiglu_kernel<XT, OT, DEEP>, grid, threads,
 			  bulk_smem<normed, false, DEEP>(T, K), cu->stream, act, w, x, T, I, K, norm);
 	else if (bulk)

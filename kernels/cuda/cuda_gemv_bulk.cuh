@@ -79,9 +79,10 @@
  *
  * A launch of an unnormed x whose blocks each stream more than
  * GEMV_BULK_STAGES stages, and which does not stage x, takes the deep ring
- * instead (cuda_gemv.cu): 6 stages, still two blocks a multiprocessor. Under PDL in the lab (an
- * H100, 2026-11-28), 6 stages read the Qwen3-8B shapes at one row up to
- * 9 % faster than 4 and the 0.6B lm_head 12 % faster, but the 0.6B
+ * instead (cuda_gemv.cu): 6 stages, still two blocks a multiprocessor.
+ * Under PDL in the lab (an H100, 2026-11-28), 6 stages read the Qwen3-8B
+ * shapes at one row up to 9 % faster than 4 and the 0.6B lm_head 12 %
+ * faster, but the 0.6B
  * products of K = 1,024 into 2,048 and 3,072 rows 10-17 % slower (a block
  * streams 1-3 stages there). In the engine (docs/perf.md) batch 8 gained 2
  * % on both models; batch 1 did not gain, and a normed row's launches with
