@@ -40,10 +40,17 @@
  *
  * A product whose x is the out of a pending rmsnorm_product (one row)
  * takes that norm (cuda_gemv_norm.cuh) when it has at most
- * GEMV_NORM_MAX_BLOCKS blocks: its blocks norm the row themselves, and the
- * rmsnorm launch is gone. The entry points below therefore expect
- * only cu_keep_norm() of their callers, and call cu_enter() themselves when
- * they do not take it.
+ * GEMV_NORM_MAX_BLOCKS tiles of 8 rows: its blocks norm the row
+ * themselves, and the rmsnorm launch is gone. The entry points below
+ * therefore expect only cu_keep_norm() of their callers, and call
+ * cu_enter() themselves when they do not take it. Such a launch on
+ * gemv_kernel takes 16 rows a block (NT = 2), as matmul_swiglu's normed
+ * launch does: at NT = 1, Qwen3-0.6B's q/k/v are 512 blocks, four on most
+ * multiprocessors, which hold all of its registers and leave 83 KB of
+ * shared memory, less than a decode CTA's 108 KB. The attention's CTAs
+ * were placed only as those blocks left (1.6 us from its first CTA to its
+ * last, 0.16 us at NT = 2), o_proj after it late too, and batch 1 ran 2.5 %
+ * slower on an H200 (docs/perf.md).
  *
  * On Hopper, products of up to 8 rows run the bulk GEMV instead
  * (cuda_gemv_bulk.cuh): a persistent grid streaming w through a ring of
@@ -100,11 +107,12 @@ static int64_t gemv_blocks(const gemv_parts<B> &parts, int NT)
 	return blocks;
 }
 
-/* The most blocks of a launch that takes a pending norm: each block norms
- * the row again before its products, and the blocks past those the GPU
- * holds at once do it on the launch's critical path. Qwen3-8B's q/k/v (768
- * blocks) take it, +1 % at batch 1 on an H100; with its gate/up product
- * (3,072) too, 1.6 % below that in the same call (docs/perf.md). */
+/* The most tiles of 8 rows of a launch that takes a pending norm: each
+ * block norms the row again before its products, and the blocks past those
+ * the GPU holds at once do it on the launch's critical path. Qwen3-8B's
+ * q/k/v (768 such tiles) take it, +1 % at batch 1 on an H100; with its
+ * gate/up product (3,072) too, 1.6 % below that in the same call
+ * (docs/perf.md; then a block took one tile, since two: NT = 2 below). */
 #define GEMV_NORM_MAX_BLOCKS 1024
 
 template <int NT, int TT, typename XT, typename B>
@@ -406,7 +414,7 @@ static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *c
 	if (bulk_takes(cu, T, K, true) && cuda_norm_take(cu, x, &parts.norm))
 		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	if (gemv_blocks(parts, 1) <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &parts.norm))
-		return with_norm_row(K, [&](auto xs) { return launch_tt<1, 8>(cu, parts, xs, T, K); });
+		return with_norm_row(K, [&](auto xs) { return launch_tt<2, 8>(cu, parts, xs, T, K); });
 	CU_CHECK(cu_enter(cu));
 	if (x->dtype == KT_BF16)
 		return launch(cu, parts, (const __nv_bfloat16 *)x->data, T, K);
