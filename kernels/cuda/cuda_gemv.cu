@@ -46,8 +46,8 @@
  * cu_enter() themselves when they do not take it. Such a launch on
  * gemv_kernel takes 16 rows a block (NT = 2), as matmul_swiglu's normed
  * launch does: at NT = 1, Qwen3-0.6B's q/k/v are 512 blocks, four on most
- * multiprocessors, which hold all of its registers and leave 83 KB of
- * shared memory, less than a decode CTA's 108 KB. The attention's CTAs
+ * multiprocessors, which leave 8,192 of its registers and 83 KB of shared
+ * memory, less than a decode CTA's 23,552 and 108 KB. The attention's CTAs
  * were placed only as those blocks left (1.6 us from its first CTA to its
  * last, 0.16 us at NT = 2), o_proj after it late too, and batch 1 ran 2.5 %
  * slower on an H200 (docs/perf.md).
