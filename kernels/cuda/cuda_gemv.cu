@@ -40,8 +40,8 @@
  *
  * A product whose x is the out of a pending rmsnorm_product (one row)
  * takes that norm (cuda_gemv_norm.cuh) when it has at most
- * GEMV_NORM_MAX_BLOCKS tiles of 8 rows: its blocks norm the row
- * themselves, and the rmsnorm launch is gone. The entry points below
+ * GEMV_NORM_MAX_BLOCKS blocks (as that cap counts them): its blocks norm
+ * the row themselves, and the rmsnorm launch is gone. The entry points below
  * therefore expect only cu_keep_norm() of their callers, and call
  * cu_enter() themselves when they do not take it. Such a launch on
  * gemv_kernel takes 16 rows a block (NT = 2), as matmul_swiglu's normed
@@ -107,12 +107,14 @@ static int64_t gemv_blocks(const gemv_parts<B> &parts, int NT)
 	return blocks;
 }
 
-/* The most tiles of 8 rows of a launch that takes a pending norm: each
- * block norms the row again before its products, and the blocks past those
- * the GPU holds at once do it on the launch's critical path. Qwen3-8B's
- * q/k/v (768 such tiles) take it, +1 % at batch 1 on an H100; with its
- * gate/up product (3,072) too, 1.6 % below that in the same call
- * (docs/perf.md; then a block took one tile, since two: NT = 2 below). */
+/* The most blocks of a launch that takes a pending norm, each block norming
+ * the row again before its products: the blocks past those the GPU holds
+ * at once do it on the launch's critical path. Counted as tiles of 8 rows
+ * of w for matmul and matmul_n (a block takes two at NT = 2; the cap
+ * kept its count, where it was measured and tested: the op case of N =
+ * 8,200), and of 8 gate rows for matmul_swiglu. Qwen3-8B's q/k/v (768
+ * tiles) take it, +1 % at batch 1 on an H100; with its gate/up product
+ * (3,072) too, 1.6 % below that in the same call (docs/perf.md). */
 #define GEMV_NORM_MAX_BLOCKS 1024
 
 template <int NT, int TT, typename XT, typename B>
