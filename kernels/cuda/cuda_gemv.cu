@@ -255,9 +255,10 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
  * the up of element i (j < 4) is element i + 2; with NT = 2, element i +
  * 128 (the second n-tile). */
 template <int NT, int TT, typename XT, typename OT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_MIN_BLOCKS(XT))
-gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
-		   const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
+__device__ __forceinline__ void gemv_swiglu_body(OT *__restrict__ act,
+						 const __nv_bfloat16 *__restrict__ w,
+						 const XT *__restrict__ x, int T, int I, int K,
+						 const gemv_norm &norm)
 {
 	constexpr int HALVES = TT / 8, D = GEMV_RING_VECTORS / NT, E = NT * 4 * 32;
 	constexpr int ROWS = NT == 1 ? 4 : 8; /* gate rows a block */
@@ -306,13 +307,51 @@ gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
 }
 
 template <int NT, int TT, typename XT, typename OT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, GEMV_MIN_BLOCKS(XT))
+gemv_swiglu_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
+		   const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
+{
+	gemv_swiglu_body<NT, TT>(act, w, x, T, I, K, norm);
+}
+
+/* Registers a thread of the normed swiglu GEMV of a row of one vector a
+ * thread (K <= 1,024: Qwen3-0.6B's gate/up, the only normed swiglu left on
+ * this kernel on Hopper) may take. A multiprocessor's registers are split
+ * between its 4 schedulers, 16,384 each; a block of 8 warps puts 2 on
+ * each, and a bulk GEMV block (9 warps at 56: o_proj before this launch,
+ * down after it) puts 3, 5,376 registers, on one. Beside such a block,
+ * three blocks of this launch fit at 56 registers (16,128 in all) and not
+ * at the 64 of GEMV_MIN_BLOCKS (17,664); Qwen3-0.6B's 384 blocks are
+ * about three a multiprocessor. On an H200 at batch 1: +3.4 % tokens/s;
+ * the stamps put the time in the swiglu after its PDL wait (4.5 -> 4.2 us)
+ * and in o_proj (2.2 -> 2.1), not in down, placed as late as before
+ * (docs/perf.md). ptxas fits the kernel in 56 without spills (sm_90a,
+ * CUDA 13). */
+#define GEMV_SWIGLU_NORM_REGS 56
+
+/* gemv_swiglu_kernel's body in GEMV_SWIGLU_NORM_REGS registers
+ * (__maxnreg__, which a kernel cannot have beside __launch_bounds__). */
+template <int NT, int TT, typename XT, typename OT>
+__global__ void __maxnreg__(GEMV_SWIGLU_NORM_REGS)
+gemv_swiglu_norm_kernel(OT *__restrict__ act, const __nv_bfloat16 *__restrict__ w,
+			const XT *__restrict__ x, int T, int I, int K, const gemv_norm norm)
+{
+	gemv_swiglu_body<NT, TT>(act, w, x, T, I, K, norm);
+}
+
+template <int NT, int TT, typename XT, typename OT>
 static void launch_swiglu_tt(struct cuda_backend *cu, OT *act, const __nv_bfloat16 *w,
 			     const XT *x, int T, int I, int K, const gemv_norm &norm)
 {
 	constexpr int ROWS = NT == 1 ? 4 : 8;
+	const unsigned grid = (unsigned)((I + ROWS - 1) / ROWS);
 
-	cu_launch(cu->pdl, gemv_swiglu_kernel<NT, TT, XT, OT>, (unsigned)((I + ROWS - 1) / ROWS),
-		  GEMV_WARPS * 32, gemv_dyn_smem<XT>(K), cu->stream, act, w, x, T, I, K, norm);
+	if constexpr (is_gemv_xs<XT>::value && is_gemv_xs<XT>::nv == 1)
+		cu_launch(cu->pdl, gemv_swiglu_norm_kernel<NT, TT, XT, OT>, grid, GEMV_WARPS * 32,
+			  gemv_dyn_smem<XT>(K), cu->stream, act, w, x, T, I, K, norm);
+	else
+		cu_launch(cu->pdl, gemv_swiglu_kernel<NT, TT, XT, OT>, grid, GEMV_WARPS * 32,
+			  gemv_dyn_smem<XT>(K), cu->stream, act, w, x, T, I, K, norm);
 }
 
 /* The tiles of gemv_kernel's choice for the same T (launch() below). A

@@ -93,7 +93,8 @@ struct gemv_x<gemv_xs<NV>> {
 /* Blocks a multiprocessor must hold at once (__launch_bounds__): 1 for
  * the plain GEMV (cuda_gemv_kernel.cuh says why), 4 for a normed row, whose
  * norm would otherwise take the registers of a fourth block at 4096-wide
- * rows (74 a thread instead of 52-58). */
+ * rows (74 a thread instead of 52-58). The normed swiglu of the shortest
+ * rows is held tighter still (GEMV_SWIGLU_NORM_REGS, cuda_gemv.cu). */
 #define GEMV_MIN_BLOCKS(XT) (is_gemv_xs<XT>::value ? 4 : 1)
 
 /* The block's copy of the normed row (dynamic shared memory, K values). */
