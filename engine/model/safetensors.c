@@ -280,15 +280,16 @@ static int open_index(const char *dir, const char *index, struct st_set *set, ch
 		      size_t errlen)
 {
 	json_error_t je;
-	int fd = file_open_regular(index, err, errlen);
-	if (fd < 0)
-		return fd;
-	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je), *file;
+	FILE *fp = file_fopen_regular(index, err, errlen);
+	if (!fp)
+		return -errno;
+	/* a stream: json_loadfd reads one byte a read(2) (tokenizer.c) */
+	json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je), *file;
 	const char *name;
 	char path[4096];
 	int rc = 0;
 
-	close(fd);
+	fclose(fp);
 	if (!root)
 		return atlas_errf(err, errlen, -EINVAL, "%s: line %d: %s", index, je.line, je.text);
 	json_t *map = json_object_get(root, "weight_map");
