@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The decode rows of tools/gpu-ab.sh bench CSVs, side against side.
+"""The rows of tools/gpu-ab.sh bench CSVs, side against side.
 
     python3 tools/ab-medians.py [DIR] [PREFIX]
 
 Reads DIR/PREFIX-SHAPE-SIDE-ROUND.csv (PREFIX "ab" by default: what gpu-ab.sh
-writes) and prints, for each shape and batch, the median tokens/s of side 0
-and of every other side over the rounds (with their count, min and max) and
-the change of each median against side 0's.
+writes) and prints, for each shape and row (decode by batch, "b8"; prefill by
+prompt length, "p8192"), the median tokens/s of side 0 and of every other side
+over the rounds (with their count, min and max), the change of each median
+against side 0's, and the median of the per-round ratios (each side against
+side 0 in the same round: interleaved rounds share the machine's drift) with
+the middle half of them.
 """
 import collections
 import csv
@@ -16,32 +19,54 @@ import statistics
 import sys
 
 
+def quartiles(v):
+    """The median and the middle half of v (sorted copies, no interpolation)."""
+    s = sorted(v)
+    n = len(s)
+    return statistics.median(s), s[n // 4], s[(3 * n - 1) // 4]
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "."
     prefix = sys.argv[2] if len(sys.argv) > 2 else "ab"
-    rows = collections.defaultdict(list)
+    # (shape, row, side) -> {round: tokens/s}
+    rows = collections.defaultdict(dict)
     for path in sorted(glob.glob(os.path.join(folder, prefix + "-*.csv"))):
-        shape, side, _round = os.path.basename(path)[len(prefix) + 1:-4].rsplit("-", 2)
+        shape, side, rnd = os.path.basename(path)[len(prefix) + 1:-4].rsplit("-", 2)
         with open(path, encoding="utf-8") as f:
             for row in csv.DictReader(f):
-                if row.get("test") == "decode" and row.get("tokens_per_s"):
-                    rows[(shape, int(row["batch"]), side)].append(float(row["tokens_per_s"]))
+                if not row.get("tokens_per_s"):
+                    continue
+                if row.get("test") == "decode" and row.get("context") == "32":
+                    key = (0, int(row["batch"]))
+                elif row.get("test") == "prefill":
+                    key = (1, int(row["tokens"]))
+                else:
+                    continue
+                rows[(shape, key, side)][rnd] = float(row["tokens_per_s"])
     if not rows:
-        print(f"ab-medians: no {prefix}-*.csv decode rows in {folder}")
+        print(f"ab-medians: no {prefix}-*.csv rows in {folder}")
         return 1
     sides = sorted({s for _, _, s in rows} - {"0"})
-    for shape, batch in sorted({(s, b) for s, b, _ in rows}):
-        a = rows.get((shape, batch, "0"), [])
+    for shape, key in sorted({(s, k) for s, k, _ in rows}):
+        a = rows.get((shape, key, "0"), {})
         if not a:
             continue
-        ma = statistics.median(a)
-        line = f"{shape:12s} b{batch:<3d} side 0 {ma:9.1f} ({len(a)}: {min(a):.1f}-{max(a):.1f})"
+        name = ("b" if key[0] == 0 else "p") + str(key[1])
+        ma = statistics.median(a.values())
+        line = (f"{shape:12s} {name:6s} side 0 {ma:9.1f}"
+                f" ({len(a)}: {min(a.values()):.1f}-{max(a.values()):.1f})")
         for side in sides:
-            b = rows.get((shape, batch, side), [])
-            if b:
-                mb = statistics.median(b)
-                line += (f"  side {side} {mb:9.1f} ({min(b):.1f}-{max(b):.1f})"
-                         f" {100 * (mb / ma - 1):+.1f}%")
+            b = rows.get((shape, key, side), {})
+            if not b:
+                continue
+            mb = statistics.median(b.values())
+            line += (f"  side {side} {mb:9.1f} ({min(b.values()):.1f}-{max(b.values()):.1f})"
+                     f" {100 * (mb / ma - 1):+.1f}%")
+            paired = [b[r] / a[r] - 1 for r in b if r in a]
+            if paired:
+                m, lo, hi = quartiles(paired)
+                line += f" [per round {100 * m:+.1f}%, {100 * lo:+.1f}..{100 * hi:+.1f}]"
         print(line)
     return 0
 
