@@ -1,8 +1,9 @@
 /* Prefill attention lab: the tensor-core prefill kernel of
  * kernels/cuda/cuda_attention_prefill.cuh (warps per CTA 4 or 8, ring depth
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
- * keys) and the generic kernel (checked only: it ran at 1.0 TFLOP/s on the
- * Qwen3-8B prompt, H100, 2026-11-22), on a paged bf16 cache with a shuffled
+ * keys, one or two m-tiles of 16 rows a warp) and the generic kernel
+ * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
+ * 2026-11-22), on a paged bf16 cache with a shuffled
  * block table, against a float64 CPU reference (q as given, in f32).
  *
  * A prompt of `total` tokens runs in chunks of `chunk` (one segment each):
@@ -159,21 +160,24 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 	}
 }
 
-/* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys */
-enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_GENERIC, N_VARIANTS };
+/* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
+ * of 16 rows a warp (the wide kernel) */
+enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_GENERIC,
+	       N_VARIANTS };
 static const char *vname[N_VARIANTS] = {
 	"tc w4s2b2k64", "tc w4s2b3k32", "tc w8s2b1k64", "tc w8s3b1k64", "tc w8s2b1k32",
-	"tc w8s3b1k32", "generic",
+	"tc w8s3b1k32", "tc w4s2b2k64m2", "tc w4s2b2k32m2", "tc w8s2b1k64m2", "tc w8s2b1k32m2",
+	"generic",
 };
 
-template <int D, int WARPS, int STAGES, int MINB, int SUB>
+template <int D, int WARPS, int STAGES, int MINB, int SUB, int MT = 1>
 static void launch_tc(const prompt &P, const segment &g)
 {
 	static bool ready;
 	prefill_args a;
 
 	if (!ready) {
-		CHECK((prefill_setup<D, WARPS, STAGES, MINB, SUB>()));
+		CHECK((prefill_setup<D, WARPS, STAGES, MINB, SUB, MT>()));
 		ready = true;
 	}
 	a.out = { g.dout, false };
@@ -196,7 +200,7 @@ static void launch_tc(const prompt &P, const segment &g)
 	a.group = P.sh.n_heads / P.sh.n_kv;
 	a.sl2 = ATT_LOG2E / sqrtf((float)D);
 	a.fault = P.fault;
-	prefill_launch<D, WARPS, STAGES, MINB, SUB>(false, a, P.sh.n_kv, P.s);
+	prefill_launch<D, WARPS, STAGES, MINB, SUB, MT>(false, a, P.sh.n_kv, P.s);
 }
 
 /* The generic kernel reads device positions: build them for the segment once. */
@@ -248,6 +252,10 @@ template <int D> static void launch(const prompt &P, const segment &g, int v, ge
 	case V_F: launch_tc<D, 8, 3, 1, 64>(P, g); break;
 	case V_G: launch_tc<D, 8, 2, 1, 32>(P, g); break;
 	case V_H: launch_tc<D, 8, 3, 1, 32>(P, g); break;
+	case V_W4M2: launch_tc<D, 4, 2, 2, 64, 2>(P, g); break;
+	case V_W4M2K32: launch_tc<D, 4, 2, 2, 32, 2>(P, g); break;
+	case V_W8M2: launch_tc<D, 8, 2, 1, 64, 2>(P, g); break;
+	case V_W8M2K32: launch_tc<D, 8, 2, 1, 32, 2>(P, g); break;
 	default: launch_generic<D>(P, g, m); break;
 	}
 	CHECK_LAUNCH();
@@ -263,6 +271,20 @@ static void launch_any(const prompt &P, const segment &g, int v, gen_meta &m)
 
 static int failures;
 
+/* The one-m-tile variant whose arithmetic a wide variant repeats (the same
+ * softmax step), or -1: their outputs must be the same bits. */
+static int same_bits_as(int v)
+{
+	switch (v) {
+	case V_W4M2: case V_W8M2: return V_E;
+	case V_W4M2K32: case V_W8M2K32: return V_G;
+	default: return -1;
+	}
+}
+
+/* Values whose bits differ, counted per wide variant over every check. */
+static long long bit_diffs[N_VARIANTS];
+
 /* Check every variant on segment g's rows `rows`. */
 static void check(const prompt &P, const segment &g, const std::vector<int> &rows,
 		  std::vector<lab_err> &errs, std::vector<gen_meta> &meta)
@@ -270,6 +292,8 @@ static void check(const prompt &P, const segment &g, const std::vector<int> &row
 	std::vector<double> ref;
 	std::vector<float> out(g.q.size());
 	const size_t rl = (size_t)P.sh.n_heads * P.sh.D;
+
+	std::vector<std::vector<float>> outs(N_VARIANTS);
 
 	reference(P, g, rows, ref);
 	for (int v = 0; v < N_VARIANTS; v++) {
@@ -280,6 +304,10 @@ static void check(const prompt &P, const segment &g, const std::vector<int> &row
 		CHECK(cudaStreamSynchronize(P.s));
 		CHECK(cudaMemcpy(out.data(), g.dout, out.size() * 4, cudaMemcpyDeviceToHost));
 		CHECK(cudaMemcpy(&fault, P.fault, 4, cudaMemcpyDeviceToHost));
+		outs[v] = out;
+		if (same_bits_as(v) >= 0)
+			for (size_t k = 0; k < out.size(); k++)
+				bit_diffs[v] += memcmp(&out[k], &outs[same_bits_as(v)][k], 4) != 0;
 		for (size_t i = 0; i < rows.size(); i++)
 			for (size_t k = 0; k < rl; k++)
 				errs[v].add(out[rows[i] * rl + k], ref[i * rl + k]);
@@ -391,6 +419,13 @@ int main(void)
 	chunked({ 32, 8, 128 }, 2048, 512, false);
 	printf("\n== atlas-tiny prefill (8/4 heads, D 64)\n");
 	chunked({ 8, 4, 64 }, 4096, 1024, false);
+	printf("\n== the wide variants against their one-m-tile twins, bit for bit\n");
+	for (int v = 0; v < N_VARIANTS; v++)
+		if (same_bits_as(v) >= 0) {
+			printf("  %-14s vs %-12s %lld values differ%s\n", vname[v],
+			       vname[same_bits_as(v)], bit_diffs[v], bit_diffs[v] ? "  FAIL" : "");
+			failures += bit_diffs[v] != 0;
+		}
 	printf("\n%s: %d check(s) failed\n", failures ? "FAIL" : "ok", failures);
 	return failures ? 1 : 0;
 }

@@ -41,9 +41,18 @@
 #include "kernels/cuda/cuda_impl.h"
 
 /* The prefill variants in use per head_dim: warps, ring depth, CTAs per SM,
- * softmax step (dev/cuda/attention_prefill.cu measures the alternatives). */
-#define PREFILL_64 4, 2, 2, 64
-#define PREFILL_128 8, 2, 1, 64
+ * softmax step, m-tiles a warp (dev/cuda/attention_prefill.cu measures the
+ * alternatives). A segment of head_dim 128 takes the wide variant (two
+ * m-tiles a warp, 256 rows a CTA) when its grid has a CTA for every
+ * multiprocessor. On an H200 it read the Qwen3-8B prompt of 8,192 tokens in
+ * chunks of 2,048 (256 CTAs a chunk) at 239 TFLOP/s against 183, but a
+ * grid smaller than the GPU was slower: 86 against 126 TFLOP/s in chunks
+ * of 512 (64 CTAs); taken for every segment, Qwen3-0.6B's prompt of 2,048
+ * (128 CTAs) lost 14 % of its prefill (docs/perf.md). The two give the
+ * same bits, so which one a segment takes changes no result. */
+#define PREFILL_64 4, 2, 2, 64, 1
+#define PREFILL_128 8, 2, 1, 64, 1
+#define PREFILL_128_WIDE 8, 2, 1, 64, 2
 
 /* Row-splits per head of the decode workspace: up to 64 splits for a lone
  * row, 2 for 256 rows. */
@@ -305,9 +314,14 @@ static int run_segment(const att_call &c, const struct kt_segment *g)
 			return -EINVAL;
 		prefill_launch<64, PREFILL_64>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	} else {
-		if (!prefill_tiles(a, prefill_cfg<128, PREFILL_128>::rows))
+		const int wide = prefill_tiles(a, prefill_cfg<128, PREFILL_128_WIDE>::rows);
+
+		if (wide && (int64_t)wide * c.n_kv >= c.cu->att_sms)
+			prefill_launch<128, PREFILL_128_WIDE>(c.cu->pdl, a, c.n_kv, c.cu->stream);
+		else if (prefill_tiles(a, prefill_cfg<128, PREFILL_128>::rows))
+			prefill_launch<128, PREFILL_128>(c.cu->pdl, a, c.n_kv, c.cu->stream);
+		else
 			return -EINVAL;
-		prefill_launch<128, PREFILL_128>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	}
 	CU_LAUNCHED();
 	return 0;
@@ -426,8 +440,10 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 	CU_CHECK((decode_setup<128, DEC_STAGES, __nv_bfloat16>()));
 	CU_CHECK((prefill_setup<64, PREFILL_64>()));
 	CU_CHECK((prefill_setup<128, PREFILL_128>()));
+	CU_CHECK((prefill_setup<128, PREFILL_128_WIDE>()));
 	cu->att_slots64 = decode_slots<64, DEC_STAGES>(n_sms);
 	cu->att_slots128 = decode_slots<128, DEC_STAGES>(n_sms);
+	cu->att_sms = n_sms;
 	cu->att_heads = c->max_heads > 0 ? c->max_heads : 0;
 	cu->att_ws_rows = cu->att_heads ? ATT_WS_ROWS : 0;
 	if (cu->att_ws_rows) {

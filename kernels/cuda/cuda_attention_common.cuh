@@ -215,6 +215,55 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
 	w.l[0] = w.l[1] = 0.0f;
 }
 
+/* The online-softmax step of one m-tile of 16 rows (see the top): mask
+ * and scale the scores s of NK keys, whose first column in this lane is
+ * position c0, for rows g (positions up to lim0) and g + 8 (lim1); rescale
+ * the accumulators o and the sums l to the new running max m; turn s into
+ * P. warp_attend and the wide prefill kernel (cuda_attention_prefill.cuh)
+ * share it, so that a row gets the same bits from either. */
+template <int D, int NK>
+__device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D / 8][4],
+					     float (&m)[2], float (&l)[2], int c0, int lim0,
+					     int lim1, float sl2)
+{
+	float mx[2] = { -INFINITY, -INFINITY }, base[2];
+
+#pragma unroll
+	for (int i = 0; i < NK / 8; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int j = c0 + 8 * i + (e & 1);
+			const float v = j <= (e < 2 ? lim0 : lim1) ? s[i][e] * sl2 : -INFINITY;
+
+			s[i][e] = v;
+			mx[e >> 1] = fmaxf(mx[e >> 1], v);
+		}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float mn, corr;
+
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 1));
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 2));
+		mn = fmaxf(m[r], mx[r]);
+		base[r] = mn == -INFINITY ? 0.0f : mn;
+		corr = exp2_fast(m[r] - base[r]);
+		m[r] = mn;
+		l[r] *= corr;
+#pragma unroll
+		for (int i = 0; i < D / 8; i++) {
+			o[i][2 * r] *= corr;
+			o[i][2 * r + 1] *= corr;
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < NK / 8; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			s[i][e] = exp2_fast(s[i][e] - base[e >> 1]);
+			l[e >> 1] += s[i][e];
+		}
+}
+
 /* Fold NK keys into w: their K and V rows start at shared addresses ks and
  * vs, key i of them is position key0 + i, and row g (g + 8) may see
  * positions up to lim0 (lim1); sl2 = scale · log2 e. */
@@ -225,7 +274,7 @@ __device__ __forceinline__ void warp_attend(warp_rows<D> &w, uint32_t ks, uint32
 	constexpr int RB = att_geom<D>::row_bytes;
 	const int lane = threadIdx.x & 31, mat = lane >> 3, r8 = lane & 7;
 	const int c0 = key0 + 2 * (lane & 3);
-	float s[NK / 8][4], mx[2] = { -INFINITY, -INFINITY }, base[2];
+	float s[NK / 8][4];
 
 	/* This lane's ldmatrix row address: K tiles are read as [key][dim] 8x8
 	 * matrices (B of S = q Kᵀ), V tiles transposed (B of o = P V). */
@@ -246,40 +295,7 @@ __device__ __forceinline__ void warp_attend(warp_rows<D> &w, uint32_t ks, uint32
 			mma_bf16(s[2 * np + 1], w.q[kk], b[2], b[3]);
 		}
 	}
-#pragma unroll
-	for (int i = 0; i < NK / 8; i++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int j = c0 + 8 * i + (e & 1);
-			const float v = j <= (e < 2 ? lim0 : lim1) ? s[i][e] * sl2 : -INFINITY;
-
-			s[i][e] = v;
-			mx[e >> 1] = fmaxf(mx[e >> 1], v);
-		}
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		float mn, corr;
-
-		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 1));
-		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 2));
-		mn = fmaxf(w.m[r], mx[r]);
-		base[r] = mn == -INFINITY ? 0.0f : mn;
-		corr = exp2_fast(w.m[r] - base[r]);
-		w.m[r] = mn;
-		w.l[r] *= corr;
-#pragma unroll
-		for (int i = 0; i < D / 8; i++) {
-			w.o[i][2 * r] *= corr;
-			w.o[i][2 * r + 1] *= corr;
-		}
-	}
-#pragma unroll
-	for (int i = 0; i < NK / 8; i++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			s[i][e] = exp2_fast(s[i][e] - base[e >> 1]);
-			w.l[e >> 1] += s[i][e];
-		}
+	softmax_tile<D, NK>(s, w.o, w.m, w.l, c0, lim0, lim1, sl2);
 #pragma unroll
 	for (int kk = 0; kk < NK / 16; kk++) {
 		const uint32_t a[4] = { pack_bf16(s[2 * kk][0], s[2 * kk][1]),

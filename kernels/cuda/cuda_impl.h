@@ -154,6 +154,7 @@ struct cuda_backend {
 	int att_ws_rows;            /* rows × splits the workspace holds per head */
 	int att_heads;              /* heads the workspace holds per row-split */
 	int att_slots64, att_slots128; /* resident decode CTAs for head_dim 64, 128 */
+	int att_sms;                /* multiprocessors: what a wide prefill grid must fill */
 	/* Copies of the swap tier (cuda_transfer.cu): their own stream, which
 	 * waits for what the main stream had enqueued when each copy started,
 	 * and one event per copy in a ring; copy t is event t % CUDA_COPY_RING. */

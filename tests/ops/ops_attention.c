@@ -292,6 +292,12 @@ static const struct op_case cases[] = {
 	     MIXED),
 	STEP("attention MHA 3/3 D=128 bs=1 mixed", 3, 3, 128, 1, KV_NATIVE, SHAPE_STEP, MIXED),
 	STEP("attention GQA 6/3 D=80 bs=7 mixed", 6, 3, 80, 7, KV_NATIVE, SHAPE_STEP, MIXED),
+	/* 540 rows of group 8 are 17 CTAs of 256 rows a kv head, 136 in all:
+	 * on a GPU of up to 136 multiprocessors (an H100's or H200's 132)
+	 * the segment takes the wide prefill kernel, the 3 rows beside it the
+	 * narrow one (cuda_attention.cu) */
+	STEP("attention GQA 64/8 D=128 bs=16 prefill of a wide grid", 64, 8, 128, 16, KV_NATIVE,
+	     SHAPE_STEP, SEQS({ 100, 540 }, { 7, 3 }, { 50, 1 })),
 	STEP("attention GQA 32/8 D=128 bs=16 decode only", 32, 8, 128, 16, KV_NATIVE, SHAPE_STEP,
 	     DECODE),
 	STEP("attention GQA 8/4 D=64 bs=16 decode only", 8, 4, 64, 16, KV_NATIVE, SHAPE_STEP,
