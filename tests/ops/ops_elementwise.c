@@ -1,7 +1,8 @@
 /* Cases of the elementwise ops: swiglu (out = silu(gate) · up), add
  * (y += x) and sigmoid_mul (out = x · sigmoid(g), g per element or per
  * row), out of place and in place, swiglu of the halves of fused gate_up
- * rows, and their refusals.
+ * rows (I a multiple of 4 or not, rows past the grid's 65,535), and their
+ * refusals.
  *
  * Reference: swiglu in double within 1e-5 of |ref|; add within 1e-7 of
  * |x| + |y| and x += x exactly 2x. Against the cpu: add is bitwise (one f32
@@ -365,11 +366,16 @@ static const struct op_case cases[] = {
 	SWIGLU("swiglu T=33 I=129 gate 6", .T = 33, .I = 129, .mag = 6.0f),
 	SWIGLU("swiglu halves T=1 I=768 gate 6", .T = 1, .I = 768, .mag = 6.0f, .halves = true),
 	SWIGLU("swiglu halves T=37 I=129 gate 6", .T = 37, .I = 129, .mag = 6.0f, .halves = true),
+	SWIGLU("swiglu halves T=70 I=1100 gate 6", .T = 70, .I = 1100, .mag = 6.0f, .halves = true),
+	SWIGLU("swiglu halves T=65600 I=4 gate 6", .T = 65600, .I = 4, .mag = 6.0f,
+	       .halves = true),
 	SWIGLU("swiglu into bf16 T=1 I=12288 gate 6", .T = 1, .I = 12288, .mag = 6.0f,
 	       .bf16_out = true),
 	SWIGLU("swiglu into bf16 T=40 I=1000 gate 20", .T = 40, .I = 1000, .mag = 20.0f,
 	       .bf16_out = true),
 	SWIGLU("swiglu halves into bf16 T=37 I=129 gate 6", .T = 37, .I = 129, .mag = 6.0f,
+	       .halves = true, .bf16_out = true),
+	SWIGLU("swiglu halves into bf16 T=70 I=1100 gate 6", .T = 70, .I = 1100, .mag = 6.0f,
 	       .halves = true, .bf16_out = true),
 	SWIGLU("swiglu T=33 I=129 gate 6 in place", .T = 33, .I = 129, .mag = 6.0f,
 	       .in_place = true),
