@@ -124,15 +124,15 @@ __device__ __forceinline__ void rope_put(CT *dst, const rope_regs_of<MAXD> &r, i
  * norm_w, rotated by the block's cos/sin table and written to dst (src, or
  * a head of its own); r holds what was written. For a kernel that loads
  * the head early, before its table. */
-template <typename W>
-__device__ __forceinline__ void rope_finish(const float *src, float *dst, rope_regs &r,
+template <int MAXD, typename W>
+__device__ __forceinline__ void rope_finish(const float *src, float *dst, rope_regs_of<MAXD> &r,
 					    const float *cs, const float *sn, const W *norm_w,
 					    float eps, int lane, int n_half, int tail)
 {
 	rope_apply(
 		r, norm_w != NULL,
-		[&](rope_regs &w) { rope_load(w, norm_w, lane, n_half, tail); }, cs, sn, eps,
-		lane, n_half, tail);
+		[&](rope_regs_of<MAXD> &w) { rope_load(w, norm_w, lane, n_half, tail); }, cs, sn,
+		eps, lane, n_half, tail);
 	/* In place, the tail changes only when the norm scaled it. */
 	rope_put(dst, r, lane, n_half, tail, norm_w || dst != src);
 }
