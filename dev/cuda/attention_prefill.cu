@@ -12,7 +12,8 @@
  * prefill does. TFLOP/s is the effective rate 4 · Σ_rows (pos + 1) · D ·
  * n_heads over the time of all chunks. Checked: the first, last and 10
  * random rows of every chunk, all heads; plus single segments with odd GQA
- * groups and history.
+ * groups and history. Then the backend's two head_dim-128 variants chunk by
+ * chunk, beside the variant its rule (prefill_wide_pays) picks.
  *
  * Build and run: see dev/cuda/README.md.
  */
@@ -376,6 +377,51 @@ static void chunked(const shape &sh, int total, int chunk, bool time_generic)
 	prompt_free(P);
 }
 
+/* Chunk by chunk, one m-tile a warp (w8s2b1k64) against the wide variant
+ * (w8s2b1k64m2), and which of the two prefill_wide_pays picks (the
+ * engine's rule for head_dim 128): the prompt's time with its picks
+ * against the faster of the two at every chunk, and against the rule
+ * before it (wide when its grid had a CTA for every multiprocessor). */
+static void routing(const shape &sh, int total, int chunk, int sms)
+{
+	typedef prefill_cfg<128, 8, 2, 1, 64> narrow_cfg;
+	typedef prefill_cfg<128, 8, 2, 1, 64, 2> wide_cfg;
+	prompt P;
+	double t_rule = 0, t_best = 0, t_old = 0, t_narrow = 0, t_wide = 0;
+
+	prompt_make(P, sh, total);
+	for (int c = 0; c < total / chunk; c++) {
+		segment g;
+		gen_meta m = {};
+		prefill_args a = {};
+		float tn, tw;
+		bool pick, old;
+
+		segment_make(g, P, c * chunk, chunk);
+		tn = lab_time([&] { launch_any(P, g, V_E, m); }, 10, P.s);
+		tw = lab_time([&] { launch_any(P, g, V_W8M2, m); }, 10, P.s);
+		a.n_rows = chunk;
+		a.pos0 = c * chunk;
+		a.group = sh.n_heads / sh.n_kv;
+		pick = prefill_wide_pays(a, sh.n_kv, sms, narrow_cfg::rows, wide_cfg::rows);
+		old = (int64_t)prefill_tiles(a, wide_cfg::rows) * sh.n_kv >= sms;
+		printf("  %2d/%d chunk %5d at %5d: narrow %7.3f ms  wide %7.3f ms (%+6.1f%%)  "
+		       "picks %-6s%s\n",
+		       sh.n_heads, sh.n_kv, chunk, c * chunk, tn, tw, 100.0 * (tn / tw - 1.0),
+		       pick ? "wide" : "narrow", (pick ? tw : tn) > fminf(tn, tw) * 1.02f ? "  (slower)" : "");
+		t_rule += pick ? tw : tn;
+		t_old += old ? tw : tn;
+		t_best += fminf(tn, tw);
+		t_narrow += tn;
+		t_wide += tw;
+		segment_free(g);
+	}
+	printf("  %2d/%d %d tokens in chunks of %d: rule %.3f ms, best %.3f, rule before %.3f, "
+	       "all narrow %.3f, all wide %.3f\n",
+	       sh.n_heads, sh.n_kv, total, chunk, t_rule, t_best, t_old, t_narrow, t_wide);
+	prompt_free(P);
+}
+
 /* One segment of n_rows after pos0 positions of history: check every row. */
 static void single(const shape &sh, int pos0, int n_rows)
 {
@@ -419,6 +465,17 @@ int main(void)
 	chunked({ 32, 8, 128 }, 2048, 512, false);
 	printf("\n== atlas-tiny prefill (8/4 heads, D 64)\n");
 	chunked({ 8, 4, 64 }, 4096, 1024, false);
+	printf("\n== routing a head_dim-128 segment: one m-tile a warp or two\n");
+	routing({ 32, 8, 128 }, 8192, 2048, prop.multiProcessorCount);
+	routing({ 32, 8, 128 }, 8192, 512, prop.multiProcessorCount);
+	routing({ 32, 8, 128 }, 2048, 2048, prop.multiProcessorCount);
+	routing({ 32, 8, 128 }, 2048, 512, prop.multiProcessorCount);
+	routing({ 16, 8, 128 }, 8192, 2048, prop.multiProcessorCount);
+	routing({ 16, 8, 128 }, 8192, 1024, prop.multiProcessorCount);
+	routing({ 16, 8, 128 }, 2048, 2048, prop.multiProcessorCount);
+	routing({ 16, 8, 128 }, 2048, 512, prop.multiProcessorCount);
+	routing({ 40, 8, 128 }, 8192, 1024, prop.multiProcessorCount);
+	routing({ 64, 8, 128 }, 4096, 1024, prop.multiProcessorCount);
 	printf("\n== the wide variants against their one-m-tile twins, bit for bit\n");
 	for (int v = 0; v < N_VARIANTS; v++)
 		if (same_bits_as(v) >= 0) {

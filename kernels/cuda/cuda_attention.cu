@@ -43,13 +43,14 @@
 /* The prefill variants in use per head_dim: warps, ring depth, CTAs per SM,
  * softmax step, m-tiles a warp (dev/cuda/attention_prefill.cu measures the
  * alternatives). A segment of head_dim 128 takes the wide variant (two
- * m-tiles a warp, 256 rows a CTA) when its grid has a CTA for every
- * multiprocessor. On an H200 it read the Qwen3-8B prompt of 8,192 tokens in
+ * m-tiles a warp, 256 rows a CTA) when prefill_wide_pays estimates it ends
+ * sooner. On an H200 it read the Qwen3-8B prompt of 8,192 tokens in
  * chunks of 2,048 (256 CTAs a chunk) at 239 TFLOP/s against 183, but a
  * grid smaller than the GPU was slower: 86 against 126 TFLOP/s in chunks
  * of 512 (64 CTAs); taken for every segment, Qwen3-0.6B's prompt of 2,048
- * (128 CTAs) lost 14 % of its prefill (docs/perf.md). The two give the
- * same bits, so which one a segment takes changes no result. */
+ * (128 CTAs, the latest of them with twice the rows of keys) lost 14 % of
+ * its prefill (docs/perf.md). The two give the same bits, so which one a
+ * segment takes changes no result. */
 #define PREFILL_64 4, 2, 2, 64, 1
 #define PREFILL_128 8, 2, 1, 64, 1
 #define PREFILL_128_WIDE 8, 2, 1, 64, 2
@@ -314,11 +315,13 @@ static int run_segment(const att_call &c, const struct kt_segment *g)
 			return -EINVAL;
 		prefill_launch<64, PREFILL_64>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	} else {
-		const int wide = prefill_tiles(a, prefill_cfg<128, PREFILL_128_WIDE>::rows);
+		const int narrow_rows = prefill_cfg<128, PREFILL_128>::rows;
+		const int wide_rows = prefill_cfg<128, PREFILL_128_WIDE>::rows;
 
-		if (wide && (int64_t)wide * c.n_kv >= c.cu->att_sms)
+		if (prefill_tiles(a, wide_rows) &&
+		    prefill_wide_pays(a, c.n_kv, c.cu->att_sms, narrow_rows, wide_rows))
 			prefill_launch<128, PREFILL_128_WIDE>(c.cu->pdl, a, c.n_kv, c.cu->stream);
-		else if (prefill_tiles(a, prefill_cfg<128, PREFILL_128>::rows))
+		else if (prefill_tiles(a, narrow_rows))
 			prefill_launch<128, PREFILL_128>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 		else
 			return -EINVAL;

@@ -26,8 +26,9 @@
  * the K tiles) and the warps load their A fragments from there at each
  * 16-dim step. A row's arithmetic is the same as at one m-tile, in the
  * same order: the same bits. A CTA holds twice the rows, so a short
- * segment's grid leaves multiprocessors idle; cuda_attention.cu gives it
- * only segments whose grid fills the GPU.
+ * segment's grid leaves multiprocessors idle, and a causal segment's
+ * latest CTA runs longer; cuda_attention.cu gives it the segments where
+ * prefill_wide_pays estimates that its rate makes up for that.
  */
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_PREFILL_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_PREFILL_CUH
@@ -381,6 +382,31 @@ static inline int prefill_tiles(const prefill_args &a, int rows_per_cta)
 	const int64_t n = ((int64_t)a.n_rows * a.group + rows_per_cta - 1) / rows_per_cta;
 
 	return n > 65535 ? 0 : (int)n;
+}
+
+/* The wide variant's rate per CTA against one m-tile a warp, when both
+ * grids keep every multiprocessor busy: 239 against 183 TFLOP/s on
+ * Qwen3-8B's prompt of 8,192 tokens in chunks of 2,048, H200
+ * (dev/cuda/attention_prefill.cu, 2026-12-02). */
+#define PREFILL_WIDE_GAIN 1.3
+
+/* Whether a segment ends sooner in CTAs of rows_wide packed rows (at
+ * PREFILL_WIDE_GAIN times the rate) than of rows_narrow, on sms
+ * multiprocessors that run one CTA each. A grid's time is taken as the
+ * larger of its longest CTA (the latest rows, which see every key: rows ·
+ * keys) and the work of all its CTAs (packed rows · their mean keys, for
+ * every kv head) spread over the multiprocessors: the latest rows go
+ * first, so the shorter CTAs fill in around the longest ones. A segment
+ * that fills no wide CTA stays narrow. */
+static inline bool prefill_wide_pays(const prefill_args &a, int n_kv, int sms, int rows_narrow,
+				     int rows_wide)
+{
+	const double packed = (double)a.n_rows * a.group, keys = (double)a.pos0 + a.n_rows;
+	const double spread = n_kv * packed * (a.pos0 + 0.5 * a.n_rows) / sms;
+	const double narrow = fmax(rows_narrow * keys, spread);
+	const double wide = fmax(rows_wide * keys, spread) / PREFILL_WIDE_GAIN;
+
+	return packed >= rows_wide && wide < narrow;
 }
 
 template <int D, int WARPS, int STAGES, int MINB, int SUB, int MT = 1>
