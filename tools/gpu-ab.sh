@@ -11,6 +11,13 @@
 #   run: sh tools/gpu-ab.sh .ab/1.patch,.ab/2.patch same     (the same warm machine)
 #   run: sh tools/gpu-ab.sh .ab/1.patch,.ab/2.patch bench SHAPE...
 #
+# A machine is seldom still warm for a second call, so one call usually
+# runs the phases one after another:
+#
+#   run: P=.ab/1.patch,.ab/2.patch; sh tools/gpu-ab.sh $P build &&
+#        { sh tools/gpu-ab.sh $P same; sh tools/gpu-ab.sh $P trace qwen3-8b;
+#          AB_BUDGET=420 sh tools/gpu-ab.sh $P bench qwen3-0.6b qwen3-8b; }
+#
 # build: every side with the CUDA backend, side by side (side 0, all the
 #        patches reversed, in $AB_DIR/0; the working tree's own build-gpu
 #        is the last side).
@@ -29,13 +36,22 @@
 #        their medians side against side). With AB_LAST_EXTRA (options such as
 #        "-o cuda_pdl=false"), the last side runs once more with them in
 #        each round, as side "Nx" (a change that a key turns off, measured
-#        on and off in one build).
+#        on and off in one build). A round runs every SHAPE on every
+#        side, so the rounds interleave all of them; with AB_BUDGET
+#        (seconds from the phase's start) rounds go on past AB_ROUNDS
+#        while one more, as long as the last, would end within it.
+# trace: a CUPTI trace (dev/prof/kernel_trace.c) of one atlas bench of
+#        each SHAPE on each side (AB_TRACE_SIDES: a list of sides, all by
+#        default) with AB_TRACE_BENCH's options (a prefill of 8,192 twice
+#        and a few decode steps by default): $out/trace-SHAPE-SIDE.txt,
+#        the breakdown of the steps of the most kernels (the prefill; the
+#        CSVs, packed into $out/ab-trace.tgz, hold the others).
 #
 # A machine keeps /tmp and ignored build folders between calls while it is
 # warm; a cold one needs build again. Exit status: the number of failures.
 set -u
-patches=${1:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench [SHAPE...]}
-phase=${2:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench [SHAPE...]}
+patches=${1:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench|trace [SHAPE...]}
+phase=${2:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench|trace [SHAPE...]}
 shift 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src"
@@ -43,6 +59,7 @@ out=${OUT:-/tmp}
 dir=${AB_DIR:-/tmp/atlas-ab}
 models=${AB_MODELS:-qwen3_bf16_mha_untied qwen3_f32_mtp qwen3moe_bf16_v5 llama_f32_gqa_llama3_bias}
 bench_opts=${AB_BENCH:---prompt-tokens 2048,8192 --batch 1,8,64 --context 0 --gen-tokens 128}
+trace_opts=${AB_TRACE_BENCH:---prompt-tokens 8192 --prefill-runs 2 --batch 1 --context 0 --gen-tokens 16}
 [ -f .devdeps/activate.sh ] && . .devdeps/activate.sh
 n=$(echo "$patches" | tr ',' '\n' | wc -l)
 failed=0
@@ -127,8 +144,15 @@ same)
 	;;
 bench)
 	[ $# -gt 0 ] || set -- qwen3-0.6b
-	for s in "$@"; do
-		for round in $(seq "${AB_ROUNDS:-2}"); do
+	start=$(date +%s)
+	last=0
+	round=0
+	while :; do
+		round=$((round + 1))
+		t=$(date +%s)
+		[ "$round" -le "${AB_ROUNDS:-2}" ] ||
+			[ $((t - start + last)) -le "${AB_BUDGET:-0}" ] || break
+		for s in "$@"; do
 			i=0
 			while [ $i -le "$n" ]; do
 				echo
@@ -149,10 +173,32 @@ bench)
 				$AB_LAST_EXTRA --csv-out "$out/ab-$s-${n}x-$round.csv" ||
 				failed=$((failed + 1))
 		done
+		last=$(($(date +%s) - t))
 	done
 	# One file for all the CSVs: the device tool brings back only a few
 	# files of a call's $OUT, and sides x rounds x shapes are more.
 	(cd "$out" && tar czf ab-bench.tgz ab-*.csv && rm -f ab-*.csv) || failed=$((failed + 1))
+	;;
+trace)
+	[ $# -gt 0 ] || set -- qwen3-0.6b
+	so=/tmp/atlas-kernel-trace.so
+	cc -O2 -shared -fPIC -I/usr/local/cuda/include dev/prof/kernel_trace.c \
+		-L/usr/local/cuda/lib64 -lcupti -o "$so" || exit 1
+	for s in "$@"; do
+		for i in ${AB_TRACE_SIDES:-$(seq 0 "$n")}; do
+			csv=$out/ab-trace-$s-$i.csv
+			# shellcheck disable=SC2086
+			CUDA_INJECTION64_PATH=$so KERNEL_TRACE_OUT=$csv \
+				"$(side_dir $i)"/build-gpu/tools/atlas bench --dummy-weights \
+				--arch "${s%%-*}" --shape "${s#*-}" -o chunk_size=2048 \
+				-o log_level=warn $trace_opts >/dev/null || failed=$((failed + 1))
+			python3 dev/prof/kernel_trace.py "$csv" --group largest \
+				>"$out/trace-$s-$i.txt" || failed=$((failed + 1))
+			echo "$s side $i: $(sed -n 3p "$out/trace-$s-$i.txt")"
+		done
+	done
+	(cd "$out" && tar czf ab-trace.tgz ab-trace-*.csv && rm -f ab-trace-*.csv) ||
+		failed=$((failed + 1))
 	;;
 *)
 	echo "gpu-ab.sh: unknown phase $phase" >&2

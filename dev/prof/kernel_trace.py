@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kernel_trace.py: where a step's time goes, from kernel_trace.so's CSV.
 
-    python3 dev/prof/kernel_trace.py trace.csv [--group N] [--top K]
+    python3 dev/prof/kernel_trace.py trace.csv [--group N|largest] [--top K]
 
 (A trace of runtime calls alone, KERNEL_TRACE_HOST_ONLY=1, gets their
 durations and the host's time between a step's sync and the next launch.)
@@ -10,7 +10,9 @@ A step ends with the engine's sampling: the launch of a sampling kernel
 (sample_kernel, greedy_kernel or topk_kernel) and the device-to-host copy
 of its tokens after it. Steps are grouped by how many
 kernels they ran (a batch-64 decode step and a prefill chunk differ), and
-the largest group is broken down unless --group picks another count:
+the largest group is broken down unless --group picks another count
+("largest": the steps of the most kernels, such as a prompt's whole
+prefill, which ends with the sampling of its first token):
 
 - the period from one step's first GPU record to the next one's (batch /
   period is the decode rate), split into GPU busy (the union of kernels,
@@ -135,7 +137,7 @@ def host_only(api):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
-    ap.add_argument("--group", type=int, help="kernels a step: the group to break down")
+    ap.add_argument("--group", help="kernels a step: the group to break down, or 'largest'")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--gaps", type=int, default=12, help="idle gaps to list")
     a = ap.parse_args()
@@ -151,7 +153,14 @@ def main():
         groups[sum(r[2] == "k" for r in st)].append(i)
     print("steps by kernel count: " + ", ".join(
         "%d kernels x %d" % (k, len(v)) for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:8]))
-    key = a.group if a.group is not None else max(groups, key=lambda k: len(groups[k]))
+    if a.group is None:
+        key = max(groups, key=lambda k: len(groups[k]))
+    elif a.group == "largest":
+        key = max(groups)
+    elif a.group.isdigit():
+        key = int(a.group)
+    else:
+        sys.exit("--group takes a kernel count or 'largest', not %r" % a.group)
     idx = groups.get(key, [])
     idx = [i for i in idx if 0 < i < len(steps) - 1]
     idx = idx[3:-3] if len(idx) > 12 else idx
