@@ -292,12 +292,13 @@ static const struct op_case cases[] = {
 	     MIXED),
 	STEP("attention MHA 3/3 D=128 bs=1 mixed", 3, 3, 128, 1, KV_NATIVE, SHAPE_STEP, MIXED),
 	STEP("attention GQA 6/3 D=80 bs=7 mixed", 6, 3, 80, 7, KV_NATIVE, SHAPE_STEP, MIXED),
-	/* 540 rows of group 8 are 17 CTAs of 256 rows a kv head, 136 in all:
-	 * on a GPU of up to 136 multiprocessors (an H100's or H200's 132)
-	 * the segment takes the wide prefill kernel, the 3 rows beside it the
-	 * narrow one (cuda_attention.cu) */
-	STEP("attention GQA 64/8 D=128 bs=16 prefill of a wide grid", 64, 8, 128, 16, KV_NATIVE,
-	     SHAPE_STEP, SEQS({ 100, 540 }, { 7, 3 }, { 50, 1 })),
+	/* 440 rows of group 8 after 60 of history, 16 kv heads: on a GPU of up
+	 * to 160 multiprocessors (an H100's or H200's 132) prefill_wide_pays
+	 * sends the segment to the wide prefill kernel (its grid's work
+	 * outweighs its longest CTA), and the 3 rows beside it (fewer than a
+	 * wide CTA) to the narrow one (cuda_attention.cu). */
+	STEP("attention GQA 128/16 D=128 bs=16 prefill of a wide grid", 128, 16, 128, 16,
+	     KV_NATIVE, SHAPE_STEP, SEQS({ 60, 440 }, { 7, 3 }, { 50, 1 })),
 	STEP("attention GQA 32/8 D=128 bs=16 decode only", 32, 8, 128, 16, KV_NATIVE, SHAPE_STEP,
 	     DECODE),
 	STEP("attention GQA 8/4 D=64 bs=16 decode only", 8, 4, 64, 16, KV_NATIVE, SHAPE_STEP,
