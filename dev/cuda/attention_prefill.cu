@@ -10,9 +10,10 @@
  * chunk c holds positions [c·chunk, (c+1)·chunk) and attends to every
  * earlier position plus causally within itself, as the engine's chunked
  * prefill does. TFLOP/s is the effective rate 4 · Σ_rows (pos + 1) · D ·
- * n_heads over the time of all chunks. Checked: the first, last and 10
- * random rows of every chunk, all heads; plus single segments with odd GQA
- * groups and history. Then the backend's two head_dim-128 variants chunk by
+ * n_heads over the time of all chunks, printed with a digest of the
+ * outputs' bits (a build before a kernel change against one after it).
+ * Checked: the first, last and 10 random rows of every chunk, all heads;
+ * plus single segments with odd GQA groups and history. Then the backend's two head_dim-128 variants chunk by
  * chunk, beside the variant its rule (prefill_wide_pays) picks.
  *
  * Build and run: see dev/cuda/README.md.
@@ -163,11 +164,13 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 
 /* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
  * of 16 rows a warp (the wide kernel) */
-enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_GENERIC,
+enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_W8S3M2,
+	       V_GENERIC,
 	       N_VARIANTS };
 static const char *vname[N_VARIANTS] = {
 	"tc w4s2b2k64", "tc w4s2b3k32", "tc w8s2b1k64", "tc w8s3b1k64", "tc w8s2b1k32",
 	"tc w8s3b1k32", "tc w4s2b2k64m2", "tc w4s2b2k32m2", "tc w8s2b1k64m2", "tc w8s2b1k32m2",
+	"tc w8s3b1k64m2",
 	"generic",
 };
 
@@ -257,6 +260,7 @@ template <int D> static void launch(const prompt &P, const segment &g, int v, ge
 	case V_W4M2K32: launch_tc<D, 4, 2, 2, 32, 2>(P, g); break;
 	case V_W8M2: launch_tc<D, 8, 2, 1, 64, 2>(P, g); break;
 	case V_W8M2K32: launch_tc<D, 8, 2, 1, 32, 2>(P, g); break;
+	case V_W8S3M2: launch_tc<D, 8, 3, 1, 64, 2>(P, g); break;
 	default: launch_generic<D>(P, g, m); break;
 	}
 	CHECK_LAUNCH();
@@ -278,6 +282,7 @@ static int same_bits_as(int v)
 {
 	switch (v) {
 	case V_W4M2: case V_W8M2: return V_E;
+	case V_W8S3M2: return V_F;
 	case V_W4M2K32: case V_W8M2K32: return V_G;
 	default: return -1;
 	}
@@ -328,7 +333,28 @@ static void report(const char *what, const std::vector<lab_err> &errs)
 	}
 }
 
-/* A prompt of total tokens in chunks: check sampled rows, then time all chunks per variant. */
+/* FNV-1a over the bits of every chunk's output, to compare a variant's
+ * results across two builds of this lab (a kernel change that should keep
+ * every bit) where the checks above only bound the error. */
+static uint64_t digest(const std::vector<segment> &segs, const shape &sh)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const segment &g : segs) {
+		std::vector<float> out((size_t)g.n_rows * sh.n_heads * sh.D);
+
+		CHECK(cudaMemcpy(out.data(), g.dout, out.size() * sizeof(float),
+				 cudaMemcpyDeviceToHost));
+		const unsigned char *b = (const unsigned char *)out.data();
+
+		for (size_t i = 0; i < out.size() * sizeof(float); i++)
+			h = (h ^ b[i]) * 1099511628211ull;
+	}
+	return h;
+}
+
+/* A prompt of total tokens in chunks: check sampled rows, then time all
+ * chunks per variant, with the digest of its outputs. */
 static void chunked(const shape &sh, int total, int chunk, bool time_generic)
 {
 	prompt P;
@@ -363,8 +389,8 @@ static void chunked(const shape &sh, int total, int chunk, bool time_generic)
 					launch_any(P, segs[c], v, meta[c][v]);
 			},
 			v == V_GENERIC ? 2 : 10, P.s);
-		printf("  time  %-36s %-12s %8.3f ms  %6.1f TFLOP/s\n", what, vname[v], ms,
-		       flops / (ms * 1e-3) / 1e12);
+		printf("  time  %-36s %-12s %8.3f ms  %6.1f TFLOP/s  bits %016llx\n", what, vname[v],
+		       ms, flops / (ms * 1e-3) / 1e12, (unsigned long long)digest(segs, sh));
 	}
 	for (size_t c = 0; c < segs.size(); c++) {
 		segment_free(segs[c]);

@@ -220,24 +220,47 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
  * position c0, for rows g (positions up to lim0) and g + 8 (lim1); rescale
  * the accumulators o and the sums l to the new running max m; turn s into
  * P. warp_attend and the wide prefill kernel (cuda_attention_prefill.cuh)
- * share it, so that a row gets the same bits from either. */
-template <int D, int NK>
+ * share it, so that a row gets the same bits from either.
+ *
+ * With SKIP (prefill), a step whose keys every row of the warp may see (all
+ * but the diagonal steps of a causal segment) skips the mask, which would
+ * keep every score: 6 % on the wide kernel (dev/cuda/README.md). The test
+ * is warp-wide, so the warp does not diverge. Both branches then scale
+ * with __fmul_rn, which the compiler never fuses into the subtraction of
+ * the max (an fma, one rounding less): in the masked branch the select
+ * kept them apart, and without it nothing would. The decode kernel, whose
+ * steps are few and on a latency chain, leaves SKIP out and keeps the
+ * machine code it had (the plain product). */
+template <int D, int NK, bool SKIP = true>
 __device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D / 8][4],
 					     float (&m)[2], float (&l)[2], int c0, int lim0,
 					     int lim1, float sl2)
 {
 	float mx[2] = { -INFINITY, -INFINITY }, base[2];
+	/* this lane's last column is c0 + NK - 7 */
+	const bool seen = SKIP && __all_sync(FULL_WARP, c0 + NK - 7 <= min(lim0, lim1));
 
+	if (seen) {
 #pragma unroll
-	for (int i = 0; i < NK / 8; i++)
+		for (int i = 0; i < NK / 8; i++)
 #pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int j = c0 + 8 * i + (e & 1);
-			const float v = j <= (e < 2 ? lim0 : lim1) ? s[i][e] * sl2 : -INFINITY;
+			for (int e = 0; e < 4; e++) {
+				s[i][e] = __fmul_rn(s[i][e], sl2);
+				mx[e >> 1] = fmaxf(mx[e >> 1], s[i][e]);
+			}
+	} else {
+#pragma unroll
+		for (int i = 0; i < NK / 8; i++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int j = c0 + 8 * i + (e & 1);
+				const bool keep = j <= (e < 2 ? lim0 : lim1);
 
-			s[i][e] = v;
-			mx[e >> 1] = fmaxf(mx[e >> 1], v);
-		}
+				s[i][e] = keep ? (SKIP ? __fmul_rn(s[i][e], sl2) : s[i][e] * sl2)
+					       : -INFINITY;
+				mx[e >> 1] = fmaxf(mx[e >> 1], s[i][e]);
+			}
+	}
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
 		float mn, corr;
@@ -266,8 +289,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D
 
 /* Fold NK keys into w: their K and V rows start at shared addresses ks and
  * vs, key i of them is position key0 + i, and row g (g + 8) may see
- * positions up to lim0 (lim1); sl2 = scale · log2 e. */
-template <int D, int NK>
+ * positions up to lim0 (lim1); sl2 = scale · log2 e. SKIP: softmax_tile's. */
+template <int D, int NK, bool SKIP = true>
 __device__ __forceinline__ void warp_attend(warp_rows<D> &w, uint32_t ks, uint32_t vs, int key0,
 					    int lim0, int lim1, float sl2)
 {
@@ -295,7 +318,7 @@ __device__ __forceinline__ void warp_attend(warp_rows<D> &w, uint32_t ks, uint32
 			mma_bf16(s[2 * np + 1], w.q[kk], b[2], b[3]);
 		}
 	}
-	softmax_tile<D, NK>(s, w.o, w.m, w.l, c0, lim0, lim1, sl2);
+	softmax_tile<D, NK, SKIP>(s, w.o, w.m, w.l, c0, lim0, lim1, sl2);
 #pragma unroll
 	for (int kk = 0; kk < NK / 16; kk++) {
 		const uint32_t a[4] = { pack_bf16(s[2 * kk][0], s[2 * kk][1]),

@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 						  own - (start + kt * ATT_TILE), row_new);
 			__syncthreads();
 			if (kw < end)
-				warp_attend<D, 16>(w, stg, stg + TB, kw, end - 1, end - 1, a.sl2);
+				warp_attend<D, 16, false>(w, stg, stg + TB, kw, end - 1, end - 1, a.sl2);
 			__syncthreads();
 		}
 	}
