@@ -224,8 +224,8 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
  *
  * With SKIP (prefill), a step whose keys every row of the warp may see (all
  * but the diagonal steps of a causal segment) skips the mask, which would
- * keep every score: 6 % on the wide kernel (dev/cuda/README.md). The test
- * is warp-wide, so the warp does not diverge. Both branches then scale
+ * keep every score: +6.7 % on the wide kernel (dev/cuda/README.md). The
+ * test is warp-wide, so the warp does not diverge. Both branches then scale
  * with __fmul_rn, which the compiler never fuses into the subtraction of
  * the max (an fma, one rounding less): in the masked branch the select
  * kept them apart, and without it nothing would. The decode kernel, whose
