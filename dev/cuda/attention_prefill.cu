@@ -1,7 +1,10 @@
 /* Prefill attention lab: the tensor-core prefill kernel of
  * kernels/cuda/cuda_attention_prefill.cuh (warps per CTA 4 or 8, ring depth
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
- * keys, one or two m-tiles of 16 rows a warp) and the generic kernel
+ * keys, one or two m-tiles of 16 rows a warp), a kernel on Hopper's
+ * warpgroup MMA (attention_wgmma.cuh, head_dim 128 only, 2 or 3 warpgroups;
+ * not yet run, 2026-12-02: it runs after a calibration of its V descriptor
+ * and is held to the same float64 checks) and the generic kernel
  * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
  * 2026-11-22), on a paged bf16 cache with a shuffled
  * block table, against a float64 CPU reference (q as given, in f32).
@@ -22,6 +25,7 @@
 
 #include "kernels/cuda/cuda_attention_generic.cuh"
 #include "kernels/cuda/cuda_attention_prefill.cuh"
+#include "attention_wgmma.cuh"
 
 #define BS 16
 
@@ -165,25 +169,22 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 /* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
  * of 16 rows a warp (the wide kernel) */
 enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_W8S3M2,
-	       V_GENERIC,
+	       V_WG2, V_WG3, V_GENERIC,
 	       N_VARIANTS };
 static const char *vname[N_VARIANTS] = {
 	"tc w4s2b2k64", "tc w4s2b3k32", "tc w8s2b1k64", "tc w8s3b1k64", "tc w8s2b1k32",
 	"tc w8s3b1k32", "tc w4s2b2k64m2", "tc w4s2b2k32m2", "tc w8s2b1k64m2", "tc w8s2b1k32m2",
-	"tc w8s3b1k64m2",
+	"tc w8s3b1k64m2", "wgmma w2", "wgmma w3",
 	"generic",
 };
 
-template <int D, int WARPS, int STAGES, int MINB, int SUB, int MT = 1>
-static void launch_tc(const prompt &P, const segment &g)
+/* The kernels' arguments for segment g of prompt P (its whole cache one
+ * sequence, out f32). */
+static prefill_args lab_args(const prompt &P, const segment &g)
 {
-	static bool ready;
+	const int D = P.sh.D;
 	prefill_args a;
 
-	if (!ready) {
-		CHECK((prefill_setup<D, WARPS, STAGES, MINB, SUB, MT>()));
-		ready = true;
-	}
 	a.out = { g.dout, false };
 	a.q = g.dq;
 	a.kc = P.kc;
@@ -204,7 +205,50 @@ static void launch_tc(const prompt &P, const segment &g)
 	a.group = P.sh.n_heads / P.sh.n_kv;
 	a.sl2 = ATT_LOG2E / sqrtf((float)D);
 	a.fault = P.fault;
-	prefill_launch<D, WARPS, STAGES, MINB, SUB, MT>(false, a, P.sh.n_kv, P.s);
+	return a;
+}
+
+template <int D, int WARPS, int STAGES, int MINB, int SUB, int MT = 1>
+static void launch_tc(const prompt &P, const segment &g)
+{
+	static bool ready;
+
+	if (!ready) {
+		CHECK((prefill_setup<D, WARPS, STAGES, MINB, SUB, MT>()));
+		ready = true;
+	}
+	prefill_launch<D, WARPS, STAGES, MINB, SUB, MT>(false, lab_args(P, g), P.sh.n_kv, P.s);
+}
+
+/* Which reading of V's descriptor offsets the wgmma variants use (HL of
+ * attention_wgmma.cuh), as calibrate_wgmma() found; -1: neither held, and
+ * they do not run. */
+static int wgmma_hl = -1;
+
+template <int WGS, bool HL> static void launch_wgmma_as(const prompt &P, const segment &g)
+{
+	static bool ready;
+
+	if (!ready) {
+		CHECK((prefill_wgmma_setup<WGS, 2, HL>()));
+		ready = true;
+	}
+	prefill_wgmma_launch<WGS, 2, HL>(lab_args(P, g), P.sh.n_kv, P.s);
+}
+
+template <int WGS> static void launch_wgmma(const prompt &P, const segment &g)
+{
+	if (wgmma_hl == 1)
+		launch_wgmma_as<WGS, true>(P, g);
+	else
+		launch_wgmma_as<WGS, false>(P, g);
+}
+
+/* Whether variant v runs on heads of D dims: the wgmma ones need D 128
+ * and a calibrated descriptor. */
+static bool runs(int v, int D)
+{
+	return (v != V_WG2 && v != V_WG3) || (D == 128 && wgmma_hl >= 0);
 }
 
 /* The generic kernel reads device positions: build them for the segment once. */
@@ -261,6 +305,8 @@ template <int D> static void launch(const prompt &P, const segment &g, int v, ge
 	case V_W8M2: launch_tc<D, 8, 2, 1, 64, 2>(P, g); break;
 	case V_W8M2K32: launch_tc<D, 8, 2, 1, 32, 2>(P, g); break;
 	case V_W8S3M2: launch_tc<D, 8, 3, 1, 64, 2>(P, g); break;
+	case V_WG2: launch_wgmma<2>(P, g); break;
+	case V_WG3: launch_wgmma<3>(P, g); break;
 	default: launch_generic<D>(P, g, m); break;
 	}
 	CHECK_LAUNCH();
@@ -305,6 +351,8 @@ static void check(const prompt &P, const segment &g, const std::vector<int> &row
 	for (int v = 0; v < N_VARIANTS; v++) {
 		unsigned fault;
 
+		if (!runs(v, P.sh.D))
+			continue;
 		CHECK(cudaMemset(g.dout, 0xff, out.size() * 4));
 		launch_any(P, g, v, meta[v]);
 		CHECK(cudaStreamSynchronize(P.s));
@@ -322,11 +370,13 @@ static void check(const prompt &P, const segment &g, const std::vector<int> &row
 	}
 }
 
-static void report(const char *what, const std::vector<lab_err> &errs)
+static void report(const char *what, const std::vector<lab_err> &errs, int D)
 {
 	for (int v = 0; v < N_VARIANTS; v++) {
 		const bool ok = errs[v].ok(2e-2);
 
+		if (!runs(v, D))
+			continue;
 		printf("  check %-36s %-12s max_abs %.2e rel_l2 %.2e%s\n", what, vname[v],
 		       errs[v].max_abs, errs[v].rel(), ok ? "" : "  FAIL");
 		failures += !ok;
@@ -377,11 +427,11 @@ static void chunked(const shape &sh, int total, int chunk, bool time_generic)
 	}
 	snprintf(what, sizeof what, "%d/%d D%d, %d tokens in chunks of %d", sh.n_heads, sh.n_kv,
 		 sh.D, total, chunk);
-	report(what, errs);
+	report(what, errs, sh.D);
 	for (int v = 0; v < N_VARIANTS; v++) {
 		float ms;
 
-		if (v == V_GENERIC && !time_generic)
+		if ((v == V_GENERIC && !time_generic) || !runs(v, sh.D))
 			continue;
 		ms = lab_time(
 			[&] {
@@ -465,7 +515,7 @@ static void single(const shape &sh, int pos0, int n_rows)
 	check(P, g, rows, errs, meta);
 	snprintf(what, sizeof what, "%d/%d D%d, rows %d after %d", sh.n_heads, sh.n_kv, sh.D,
 		 n_rows, pos0);
-	report(what, errs);
+	report(what, errs, sh.D);
 	segment_free(g);
 	for (gen_meta &m : meta)
 		if (m.pos) {
@@ -475,12 +525,61 @@ static void single(const shape &sh, int pos0, int n_rows)
 	prompt_free(P);
 }
 
+/* Pick the reading of V's descriptor offsets (wgmma_lab.cu checks both on
+ * one tile) under which the wgmma variants match the float64 reference on
+ * a segment of 200 rows after 100; neither counts as a failure, and the
+ * wgmma variants then do not run. */
+static void calibrate_wgmma(void)
+{
+	const shape sh = { 32, 8, 128 };
+	prompt P;
+	segment g;
+	std::vector<int> rows;
+	std::vector<double> ref;
+	std::vector<float> out;
+
+	prompt_make(P, sh, 300);
+	segment_make(g, P, 100, 200);
+	out.resize(g.q.size());
+	for (int i = 0; i < g.n_rows; i += 7)
+		rows.push_back(i);
+	reference(P, g, rows, ref);
+	for (int hl = 1; hl >= 0 && wgmma_hl < 0; hl--) {
+		const size_t rl = (size_t)sh.n_heads * sh.D;
+		lab_err e;
+
+		CHECK(cudaMemset(g.dout, 0xff, out.size() * 4));
+		if (hl)
+			launch_wgmma_as<2, true>(P, g);
+		else
+			launch_wgmma_as<2, false>(P, g);
+		CHECK_LAUNCH();
+		CHECK(cudaStreamSynchronize(P.s));
+		CHECK(cudaMemcpy(out.data(), g.dout, out.size() * 4, cudaMemcpyDeviceToHost));
+		for (size_t i = 0; i < rows.size(); i++)
+			for (size_t k = 0; k < rl; k++)
+				e.add(out[rows[i] * rl + k], ref[i * rl + k]);
+		printf("  wgmma, V's %s offset between its halves: max_abs %.2e rel_l2 %.2e%s\n",
+		       hl ? "leading" : "stride", e.max_abs, e.rel(), e.ok(2e-2) ? "  (taken)" : "");
+		if (e.ok(2e-2))
+			wgmma_hl = hl;
+	}
+	if (wgmma_hl < 0) {
+		printf("  wgmma: neither reading matched  FAIL\n");
+		failures++;
+	}
+	segment_free(g);
+	prompt_free(P);
+}
+
 int main(void)
 {
 	cudaDeviceProp prop;
 
 	CHECK(cudaGetDeviceProperties(&prop, 0));
 	printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+	printf("\n== the wgmma variants' reading of V's descriptor\n");
+	calibrate_wgmma();
 	printf("\n== correctness: single segments with history\n");
 	single({ 10, 2, 64 }, 37, 50);   /* group 5: packed rows straddle tokens */
 	single({ 4, 4, 128 }, 100, 300); /* MHA */

@@ -41,6 +41,13 @@ __device__ __forceinline__ uint32_t wg_smem(const void *p)
 	return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* The first 1,024-aligned byte of the dynamic shared memory (a launch asks
+ * for 1 KB more than it uses). */
+__device__ __forceinline__ unsigned char *wg_tiles(unsigned char *buf)
+{
+	return buf + ((1024 - (wg_smem(buf) & 1023)) & 1023);
+}
+
 __device__ __forceinline__ void wg_fence(void)
 {
 	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -78,6 +85,21 @@ template <int N> __device__ __forceinline__ void wg_pin(float (&r)[N])
 #pragma unroll
 	for (int i = 0; i < N; i++)
 		asm volatile("" : "+f"(r[i])::"memory");
+}
+
+/* P's A fragments (each warp's 16 rows, the mma.sync m16n8k16 layout) from
+ * S's accumulators of NK keys: key step kk is their n8 blocks 2 kk and
+ * 2 kk + 1. */
+template <int NK>
+__device__ __forceinline__ void wg_p_frags(const float (&s)[NK / 2], uint32_t (&a)[NK / 16][4])
+{
+#pragma unroll
+	for (int kk = 0; kk < NK / 16; kk++) {
+		a[kk][0] = wg_pack(s[8 * kk], s[8 * kk + 1]);
+		a[kk][1] = wg_pack(s[8 * kk + 2], s[8 * kk + 3]);
+		a[kk][2] = wg_pack(s[8 * kk + 4], s[8 * kk + 5]);
+		a[kk][3] = wg_pack(s[8 * kk + 6], s[8 * kk + 7]);
+	}
 }
 
 /* The accumulator operands of the products' inline asm: the PTX register

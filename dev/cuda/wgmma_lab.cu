@@ -53,13 +53,6 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[NK / 2], uint64_t a, uint64_
 		wgmma_64x128_ss(s, a, b, acc);
 }
 
-/* The first 1,024-aligned byte of the dynamic shared memory (launches ask
- * for 1 KB more than they use). */
-__device__ __forceinline__ unsigned char *wg_tiles(unsigned char *buf)
-{
-	return buf + ((1024 - (wg_smem(buf) & 1023)) & 1023);
-}
-
 /* rows x 128 bf16 from global ([row][dim]) into a tile at t, every thread of the CTA. */
 __device__ void tile_put(unsigned char *t, const __nv_bfloat16 *x, int rows)
 {
@@ -68,7 +61,7 @@ __device__ void tile_put(unsigned char *t, const __nv_bfloat16 *x, int rows)
 }
 
 /* Q Kᵀ's descriptors for dim step kk: Q rows WG_ROWS, K rows NK. */
-template <int NK> __device__ __forceinline__ uint64_t q_desc(uint32_t q, int kk)
+__device__ __forceinline__ uint64_t q_desc(uint32_t q, int kk)
 {
 	return sw128_desc(q + (kk / 4) * WG_ROWS * 128 + (kk % 4) * 32, 16, 1024);
 }
@@ -111,7 +104,7 @@ __global__ void __launch_bounds__(128) qk_check_kernel(const __nv_bfloat16 *q,
 	wg_fence();
 #pragma unroll
 	for (int kk = 0; kk < WG_D / 16; kk++)
-		wgmma_qk<NK>(acc, q_desc<NK>(wg_smem(qt), kk), k_desc<NK>(wg_smem(kt), kk), 1);
+		wgmma_qk<NK>(acc, q_desc(wg_smem(qt), kk), k_desc<NK>(wg_smem(kt), kk), 1);
 	wg_commit();
 	wg_wait<0>();
 	wg_pin(acc);
@@ -207,25 +200,12 @@ __device__ __forceinline__ void soft_step(float (&s)[NK / 2], float (&m)[2], flo
 	}
 }
 
-/* P's A fragments from S's accumulators: key step kk is n8 blocks 2 kk and 2 kk + 1. */
-template <int NK>
-__device__ __forceinline__ void pack_p(const float (&s)[NK / 2], uint32_t (&a)[NK / 16][4])
-{
-#pragma unroll
-	for (int kk = 0; kk < NK / 16; kk++) {
-		a[kk][0] = wg_pack(s[8 * kk], s[8 * kk + 1]);
-		a[kk][1] = wg_pack(s[8 * kk + 2], s[8 * kk + 3]);
-		a[kk][2] = wg_pack(s[8 * kk + 4], s[8 * kk + 5]);
-		a[kk][3] = wg_pack(s[8 * kk + 6], s[8 * kk + 7]);
-	}
-}
-
 template <int NK>
 __device__ __forceinline__ void issue_qk(float (&s)[NK / 2], uint32_t q, uint32_t k)
 {
 #pragma unroll
 	for (int kk = 0; kk < WG_D / 16; kk++)
-		wgmma_qk<NK>(s, q_desc<NK>(q, kk), k_desc<NK>(k, kk), kk > 0);
+		wgmma_qk<NK>(s, q_desc(q, kk), k_desc<NK>(k, kk), kk > 0);
 }
 
 template <int NK>
@@ -278,7 +258,7 @@ __global__ void __launch_bounds__(WGS * 128) rate_kernel(int iters, bool halves_
 				for (int i = 0; i < 64; i++)
 					o[i] *= corr[(i >> 1) & 1];
 			}
-			pack_p<NK>(s, a);
+			wg_p_frags<NK>(s, a);
 			wg_pin(o);
 			wg_fence();
 			issue_pv<NK>(o, a, v, halves_lead);
@@ -291,7 +271,7 @@ __global__ void __launch_bounds__(WGS * 128) rate_kernel(int iters, bool halves_
 		 * fills nxt and its softmax runs. Two steps an iteration, so that
 		 * s and s2 swap roles without indexing registers. */
 		auto step = [&](float (&cur)[NK / 2], float (&nxt)[NK / 2]) {
-			pack_p<NK>(cur, a);
+			wg_p_frags<NK>(cur, a);
 			wg_pin(o);
 			wg_pin(nxt);
 			wg_fence();

@@ -352,8 +352,12 @@ template <int D> __device__ __forceinline__ void warp_rows_finish(warp_rows<D> &
  * are zero-filled; a key in a block whose id is out of range too, and the
  * smallest such key goes to *bad_from (shared, atomicMin). Key `skip` (a
  * decode row's own key, which the decode kernel puts in the tile itself) is
- * checked but not copied: its rows in the tiles are left as they are. */
-template <int D, int NT>
+ * checked but not copied: its rows in the tiles are left as they are.
+ * SWIZZLED (D 128, no skip): the tiles are in Hopper wgmma's
+ * 128-byte-swizzled layout instead of rows of D + 8 values: two halves of
+ * 64 dims, each ATT_TILE rows of 128 bytes, the 16-byte chunk c of row r at
+ * c ^ (r % 8) (the wgmma kernel of the lab, dev/cuda/attention_wgmma.cuh). */
+template <int D, int NT, bool SWIZZLED = false>
 __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 					     const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
 					     const int32_t *blocks, const paged_kv &kv, int kvh,
@@ -393,7 +397,14 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 		const int c = (int)threadIdx.x + i * NT;
 		const int row = c / CPR, col = c % CPR;
 
-		if (key0 + row != skip) {
+		if constexpr (SWIZZLED) {
+			const uint32_t at = (col / 8) * ATT_TILE * 128 + row * 128 +
+					    ((col % 8) ^ (row % 8)) * 16;
+
+			static_assert(D == 128, "the swizzled layout is for D 128");
+			cp_async16(ks + at, kc + (off[i] < 0 ? 0 : off[i]), off[i] >= 0);
+			cp_async16(vs + at, vc + (off[i] < 0 ? 0 : off[i]), off[i] >= 0);
+		} else if (key0 + row != skip) {
 			cp_async16(ks + row * RB + col * 16, kc + (off[i] < 0 ? 0 : off[i]),
 				   off[i] >= 0);
 			cp_async16(vs + row * RB + col * 16, vc + (off[i] < 0 ? 0 : off[i]),
