@@ -1,10 +1,9 @@
 /* Prefill attention lab: the tensor-core prefill kernel of
  * kernels/cuda/cuda_attention_prefill.cuh (warps per CTA 4 or 8, ring depth
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
- * keys, one or two m-tiles of 16 rows a warp), a kernel on Hopper's
- * warpgroup MMA (attention_wgmma.cuh, head_dim 128 only, 2 or 3 warpgroups;
- * not yet run, 2026-12-02: it runs after a calibration of its V descriptor
- * and is held to the same float64 checks) and the generic kernel
+ * keys, one or two m-tiles of 16 rows a warp), the kernel on Hopper's
+ * warpgroup MMA (kernels/cuda/cuda_attention_wgmma.cuh, head_dim 128 only:
+ * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM) and the generic kernel
  * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
  * 2026-11-22), on a paged bf16 cache with a shuffled
  * block table, against a float64 CPU reference (q as given, in f32).
@@ -16,8 +15,10 @@
  * n_heads over the time of all chunks, printed with a digest of the
  * outputs' bits (a build before a kernel change against one after it).
  * Checked: the first, last and 10 random rows of every chunk, all heads;
- * plus single segments with odd GQA groups and history. Then the backend's two head_dim-128 variants chunk by
- * chunk, beside the variant its rule (prefill_wide_pays) picks.
+ * plus single segments with odd GQA groups and history. Each wide and
+ * wgmma variant must give the bits of its one-m-tile twin. Then the
+ * backend's head_dim-128 kernels chunk by chunk, beside the ones its rules
+ * pick.
  *
  * Build and run: see dev/cuda/README.md.
  */
@@ -25,7 +26,7 @@
 
 #include "kernels/cuda/cuda_attention_generic.cuh"
 #include "kernels/cuda/cuda_attention_prefill.cuh"
-#include "attention_wgmma.cuh"
+#include "kernels/cuda/cuda_attention_wgmma.cuh"
 
 #define BS 16
 
@@ -169,12 +170,12 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 /* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
  * of 16 rows a warp (the wide kernel) */
 enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_W8S3M2,
-	       V_WG2, V_WG3, V_GENERIC,
+	       V_WG2, V_WG3, V_WG3S3, V_WG2M2, V_GENERIC,
 	       N_VARIANTS };
 static const char *vname[N_VARIANTS] = {
 	"tc w4s2b2k64", "tc w4s2b3k32", "tc w8s2b1k64", "tc w8s3b1k64", "tc w8s2b1k32",
 	"tc w8s3b1k32", "tc w4s2b2k64m2", "tc w4s2b2k32m2", "tc w8s2b1k64m2", "tc w8s2b1k32m2",
-	"tc w8s3b1k64m2", "wgmma w2", "wgmma w3",
+	"tc w8s3b1k64m2", "wgmma w2", "wgmma w3", "wgmma w3s3", "wgmma w2m2",
 	"generic",
 };
 
@@ -220,35 +221,21 @@ static void launch_tc(const prompt &P, const segment &g)
 	prefill_launch<D, WARPS, STAGES, MINB, SUB, MT>(false, lab_args(P, g), P.sh.n_kv, P.s);
 }
 
-/* Which reading of V's descriptor offsets the wgmma variants use (HL of
- * attention_wgmma.cuh), as calibrate_wgmma() found; -1: neither held, and
- * they do not run. */
-static int wgmma_hl = -1;
-
-template <int WGS, bool HL> static void launch_wgmma_as(const prompt &P, const segment &g)
+template <int WGS, int STAGES, int MINB> static void launch_wgmma(const prompt &P, const segment &g)
 {
 	static bool ready;
 
 	if (!ready) {
-		CHECK((prefill_wgmma_setup<WGS, 2, HL>()));
+		CHECK((prefill_wgmma_setup<WGS, STAGES, MINB>()));
 		ready = true;
 	}
-	prefill_wgmma_launch<WGS, 2, HL>(lab_args(P, g), P.sh.n_kv, P.s);
+	prefill_wgmma_launch<WGS, STAGES, MINB>(false, lab_args(P, g), P.sh.n_kv, P.s);
 }
 
-template <int WGS> static void launch_wgmma(const prompt &P, const segment &g)
-{
-	if (wgmma_hl == 1)
-		launch_wgmma_as<WGS, true>(P, g);
-	else
-		launch_wgmma_as<WGS, false>(P, g);
-}
-
-/* Whether variant v runs on heads of D dims: the wgmma ones need D 128
- * and a calibrated descriptor. */
+/* Whether variant v runs on heads of D dims: the wgmma ones need D 128. */
 static bool runs(int v, int D)
 {
-	return (v != V_WG2 && v != V_WG3) || (D == 128 && wgmma_hl >= 0);
+	return v < V_WG2 || v > V_WG2M2 || D == 128;
 }
 
 /* The generic kernel reads device positions: build them for the segment once. */
@@ -305,8 +292,10 @@ template <int D> static void launch(const prompt &P, const segment &g, int v, ge
 	case V_W8M2: launch_tc<D, 8, 2, 1, 64, 2>(P, g); break;
 	case V_W8M2K32: launch_tc<D, 8, 2, 1, 32, 2>(P, g); break;
 	case V_W8S3M2: launch_tc<D, 8, 3, 1, 64, 2>(P, g); break;
-	case V_WG2: launch_wgmma<2>(P, g); break;
-	case V_WG3: launch_wgmma<3>(P, g); break;
+	case V_WG2: launch_wgmma<2, 2, 1>(P, g); break;
+	case V_WG3: launch_wgmma<3, 2, 1>(P, g); break;
+	case V_WG3S3: launch_wgmma<3, 3, 1>(P, g); break;
+	case V_WG2M2: launch_wgmma<2, 2, 2>(P, g); break;
 	default: launch_generic<D>(P, g, m); break;
 	}
 	CHECK_LAUNCH();
@@ -322,14 +311,16 @@ static void launch_any(const prompt &P, const segment &g, int v, gen_meta &m)
 
 static int failures;
 
-/* The one-m-tile variant whose arithmetic a wide variant repeats (the same
- * softmax step), or -1: their outputs must be the same bits. */
+/* The one-m-tile variant whose arithmetic a wide or a wgmma variant repeats
+ * (the same softmax step, the products' sums in the same order), or -1:
+ * their outputs must be the same bits. */
 static int same_bits_as(int v)
 {
 	switch (v) {
 	case V_W4M2: case V_W8M2: return V_E;
 	case V_W8S3M2: return V_F;
 	case V_W4M2K32: case V_W8M2K32: return V_G;
+	case V_WG2: case V_WG3: case V_WG3S3: case V_WG2M2: return V_E;
 	default: return -1;
 	}
 }
@@ -453,48 +444,56 @@ static void chunked(const shape &sh, int total, int chunk, bool time_generic)
 	prompt_free(P);
 }
 
-/* Chunk by chunk, one m-tile a warp (w8s2b1k64) against the wide variant
- * (w8s2b1k64m2), and which of the two prefill_wide_pays picks (the
- * engine's rule for head_dim 128): the prompt's time with its picks
- * against the faster of the two at every chunk, and against the rule
- * before it (wide when its grid had a CTA for every multiprocessor). */
+/* Chunk by chunk, the backend's head_dim-128 kernels: one m-tile a warp
+ * (w8s2b1k64), the wide variant (w8s2b1k64m2) and the wgmma kernel at one
+ * and at two CTAs per SM (w2, w2m2). Which of the first two
+ * prefill_wide_pays picks (the rule of a GPU without wgmma), and which of
+ * the last two the grid picks (more CTAs than SMs: w2m2): the prompt's time
+ * under each rule against the fastest kernel at every chunk. */
 static void routing(const shape &sh, int total, int chunk, int sms)
 {
 	typedef prefill_cfg<128, 8, 2, 1, 64> narrow_cfg;
 	typedef prefill_cfg<128, 8, 2, 1, 64, 2> wide_cfg;
+	enum { NARROW, WIDE, WG1, WG2, N_K };
+	static const int kv[N_K] = { V_E, V_W8M2, V_WG2, V_WG2M2 };
 	prompt P;
-	double t_rule = 0, t_best = 0, t_old = 0, t_narrow = 0, t_wide = 0;
+	double t_mma = 0, t_wgmma = 0, t_best = 0, t_all[N_K] = {};
 
 	prompt_make(P, sh, total);
 	for (int c = 0; c < total / chunk; c++) {
 		segment g;
 		gen_meta m = {};
 		prefill_args a = {};
-		float tn, tw;
-		bool pick, old;
+		float t[N_K], best = 1e30f;
+		int pick_mma, pick_wgmma;
 
 		segment_make(g, P, c * chunk, chunk);
-		tn = lab_time([&] { launch_any(P, g, V_E, m); }, 10, P.s);
-		tw = lab_time([&] { launch_any(P, g, V_W8M2, m); }, 10, P.s);
+		for (int k = 0; k < N_K; k++) {
+			t[k] = lab_time([&] { launch_any(P, g, kv[k], m); }, 10, P.s);
+			best = fminf(best, t[k]);
+			t_all[k] += t[k];
+		}
 		a.n_rows = chunk;
 		a.pos0 = c * chunk;
 		a.group = sh.n_heads / sh.n_kv;
-		pick = prefill_wide_pays(a, sh.n_kv, sms, narrow_cfg::rows, wide_cfg::rows);
-		old = (int64_t)prefill_tiles(a, wide_cfg::rows) * sh.n_kv >= sms;
-		printf("  %2d/%d chunk %5d at %5d: narrow %7.3f ms  wide %7.3f ms (%+6.1f%%)  "
-		       "picks %-6s%s\n",
-		       sh.n_heads, sh.n_kv, chunk, c * chunk, tn, tw, 100.0 * (tn / tw - 1.0),
-		       pick ? "wide" : "narrow", (pick ? tw : tn) > fminf(tn, tw) * 1.02f ? "  (slower)" : "");
-		t_rule += pick ? tw : tn;
-		t_old += old ? tw : tn;
-		t_best += fminf(tn, tw);
-		t_narrow += tn;
-		t_wide += tw;
+		pick_mma = prefill_wide_pays(a, sh.n_kv, sms, narrow_cfg::rows, wide_cfg::rows) ? WIDE
+											 : NARROW;
+		pick_wgmma = (int64_t)prefill_tiles(a, wgmma_cfg<2, 2, 1>::rows) * sh.n_kv > sms ? WG2
+											 : WG1;
+		printf("  %2d/%d chunk %5d at %5d: narrow %7.3f  wide %7.3f  w2 %7.3f  w2m2 %7.3f ms  "
+		       "picks %s (%+5.1f%% on mma.sync's pick)%s\n",
+		       sh.n_heads, sh.n_kv, chunk, c * chunk, t[NARROW], t[WIDE], t[WG1], t[WG2],
+		       pick_wgmma == WG2 ? "w2m2" : "w2  ", 100.0 * (t[pick_mma] / t[pick_wgmma] - 1.0),
+		       t[pick_wgmma] > best * 1.02f ? "  (slower than the best)" : "");
+		t_mma += t[pick_mma];
+		t_wgmma += t[pick_wgmma];
+		t_best += best;
 		segment_free(g);
 	}
-	printf("  %2d/%d %d tokens in chunks of %d: rule %.3f ms, best %.3f, rule before %.3f, "
-	       "all narrow %.3f, all wide %.3f\n",
-	       sh.n_heads, sh.n_kv, total, chunk, t_rule, t_best, t_old, t_narrow, t_wide);
+	printf("  %2d/%d %d tokens in chunks of %d: wgmma rule %.3f ms, mma.sync rule %.3f, best "
+	       "%.3f; all narrow %.3f, wide %.3f, w2 %.3f, w2m2 %.3f\n",
+	       sh.n_heads, sh.n_kv, total, chunk, t_wgmma, t_mma, t_best, t_all[NARROW],
+	       t_all[WIDE], t_all[WG1], t_all[WG2]);
 	prompt_free(P);
 }
 
@@ -525,66 +524,12 @@ static void single(const shape &sh, int pos0, int n_rows)
 	prompt_free(P);
 }
 
-/* Pick the reading of V's descriptor offsets (wgmma_lab.cu checks both on
- * one tile) under which the wgmma variants match the float64 reference on
- * a segment of 200 rows after 100; neither counts as a failure, and the
- * wgmma variants then do not run. LAB_NO_WGMMA=1 leaves them out from the
- * start (a fault in them would end the program). */
-static void calibrate_wgmma(void)
-{
-	const shape sh = { 32, 8, 128 };
-	prompt P;
-	segment g;
-	std::vector<int> rows;
-	std::vector<double> ref;
-	std::vector<float> out;
-
-	if (getenv("LAB_NO_WGMMA")) {
-		printf("  wgmma: left out (LAB_NO_WGMMA)\n");
-		return;
-	}
-	prompt_make(P, sh, 300);
-	segment_make(g, P, 100, 200);
-	out.resize(g.q.size());
-	for (int i = 0; i < g.n_rows; i += 7)
-		rows.push_back(i);
-	reference(P, g, rows, ref);
-	for (int hl = 1; hl >= 0 && wgmma_hl < 0; hl--) {
-		const size_t rl = (size_t)sh.n_heads * sh.D;
-		lab_err e;
-
-		CHECK(cudaMemset(g.dout, 0xff, out.size() * 4));
-		if (hl)
-			launch_wgmma_as<2, true>(P, g);
-		else
-			launch_wgmma_as<2, false>(P, g);
-		CHECK_LAUNCH();
-		CHECK(cudaStreamSynchronize(P.s));
-		CHECK(cudaMemcpy(out.data(), g.dout, out.size() * 4, cudaMemcpyDeviceToHost));
-		for (size_t i = 0; i < rows.size(); i++)
-			for (size_t k = 0; k < rl; k++)
-				e.add(out[rows[i] * rl + k], ref[i * rl + k]);
-		printf("  wgmma, V's %s offset between its halves: max_abs %.2e rel_l2 %.2e%s\n",
-		       hl ? "leading" : "stride", e.max_abs, e.rel(), e.ok(2e-2) ? "  (taken)" : "");
-		if (e.ok(2e-2))
-			wgmma_hl = hl;
-	}
-	if (wgmma_hl < 0) {
-		printf("  wgmma: neither reading matched  FAIL\n");
-		failures++;
-	}
-	segment_free(g);
-	prompt_free(P);
-}
-
 int main(void)
 {
 	cudaDeviceProp prop;
 
 	CHECK(cudaGetDeviceProperties(&prop, 0));
 	printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-	printf("\n== the wgmma variants' reading of V's descriptor\n");
-	calibrate_wgmma();
 	printf("\n== correctness: single segments with history\n");
 	single({ 10, 2, 64 }, 37, 50);   /* group 5: packed rows straddle tokens */
 	single({ 4, 4, 128 }, 100, 300); /* MHA */
@@ -606,7 +551,7 @@ int main(void)
 	routing({ 16, 8, 128 }, 2048, 512, prop.multiProcessorCount);
 	routing({ 40, 8, 128 }, 8192, 1024, prop.multiProcessorCount);
 	routing({ 64, 8, 128 }, 4096, 1024, prop.multiProcessorCount);
-	printf("\n== the wide variants against their one-m-tile twins, bit for bit\n");
+	printf("\n== the wide and wgmma variants against their one-m-tile twins, bit for bit\n");
 	for (int v = 0; v < N_VARIANTS; v++)
 		if (same_bits_as(v) >= 0) {
 			printf("  %-14s vs %-12s %lld values differ%s\n", vname[v],

@@ -32,12 +32,15 @@
  * score, the sums, O's rescale); and with the next step's Q Kᵀ issued
  * beside this step's P V, so that the next softmax runs while P V does.
  *
- * Status (2026-12-02): compiled for sm_90a; not yet run on a GPU.
+ * Measured (H200, 2026-12-02): every product matches; V's leading offset
+ * is the one between its halves (cuda_attention_wgmma.cuh uses that
+ * reading). Rates at 64 keys a step, 2 warpgroups: bare 954 TFLOP/s, with
+ * the softmax 638, overlapped 759 (128 keys: 954, 635, 816).
  *
  * Build and run: see dev/cuda/README.md.
  */
 #include "lab.cuh"
-#include "wgmma.cuh"
+#include "kernels/cuda/cuda_wgmma.cuh"
 
 #define WG_D 128
 #define WG_ROWS 64                       /* rows of a warpgroup's tile */

@@ -38,22 +38,30 @@
 #include "kernels/cuda/cuda_attention_decode.cuh"
 #include "kernels/cuda/cuda_attention_generic.cuh"
 #include "kernels/cuda/cuda_attention_prefill.cuh"
+#include "kernels/cuda/cuda_attention_wgmma.cuh"
 #include "kernels/cuda/cuda_impl.h"
 
 /* The prefill variants in use per head_dim: warps, ring depth, CTAs per SM,
  * softmax step, m-tiles a warp (dev/cuda/attention_prefill.cu measures the
- * alternatives). A segment of head_dim 128 takes the wide variant (two
- * m-tiles a warp, 256 rows a CTA) when prefill_wide_pays estimates it ends
- * sooner. On an H200 it read the Qwen3-8B prompt of 8,192 tokens in
- * chunks of 2,048 (256 CTAs a chunk) at 239 TFLOP/s against 183, but a
- * grid smaller than the GPU was slower: 86 against 126 TFLOP/s in chunks
- * of 512 (64 CTAs); taken for every segment, Qwen3-0.6B's prompt of 2,048
- * (128 CTAs, the latest of them with twice the rows of keys) lost 14 % of
- * its prefill (docs/perf.md). The two give the same bits, so which one a
- * segment takes changes no result. */
+ * alternatives). On a 9.0 GPU with sm_90a code (cu->att_wgmma), a segment
+ * of head_dim 128 takes the wgmma kernel (cuda_attention_wgmma.cuh: two
+ * warpgroups, 128 rows a CTA, as many as the narrow variant), at two CTAs a
+ * multiprocessor when its grid has more CTAs than there are
+ * multiprocessors, else at one: Qwen3-8B's prompt of 8,192 tokens in
+ * chunks of 2,048 at 305 TFLOP/s against the wide variant's 252, and in
+ * chunks of 512 at 152 against the narrow one's 130 (H200, 2026-12-02).
+ * Elsewhere it takes the wide variant (two m-tiles a warp, 256 rows a CTA)
+ * when prefill_wide_pays estimates it ends sooner. On an H200 it read the
+ * Qwen3-8B prompt of 8,192 tokens in chunks of 2,048 (256 CTAs a chunk) at
+ * 239 TFLOP/s against 183, but a grid smaller than the GPU was slower: 86
+ * against 126 TFLOP/s in chunks of 512 (64 CTAs); taken for every segment,
+ * Qwen3-0.6B's prompt of 2,048 (128 CTAs, the latest of them with twice the
+ * rows of keys) lost 14 % of its prefill (docs/perf.md). All of them give
+ * the same bits, so which one a segment takes changes no result. */
 #define PREFILL_64 4, 2, 2, 64, 1
 #define PREFILL_128 8, 2, 1, 64, 1
 #define PREFILL_128_WIDE 8, 2, 1, 64, 2
+#define PREFILL_WGMMA 2, 2
 
 /* Row-splits per head of the decode workspace: up to 64 splits for a lone
  * row, 2 for 256 rows. */
@@ -314,6 +322,15 @@ static int run_segment(const att_call &c, const struct kt_segment *g)
 		if (!prefill_tiles(a, prefill_cfg<64, PREFILL_64>::rows))
 			return -EINVAL;
 		prefill_launch<64, PREFILL_64>(c.cu->pdl, a, c.n_kv, c.cu->stream);
+	} else if (c.cu->att_wgmma) {
+		const int tiles = prefill_tiles(a, wgmma_cfg<PREFILL_WGMMA, 1>::rows);
+
+		if (!tiles)
+			return -EINVAL;
+		if ((int64_t)tiles * c.n_kv > c.cu->att_sms)
+			prefill_wgmma_launch<PREFILL_WGMMA, 2>(c.cu->pdl, a, c.n_kv, c.cu->stream);
+		else
+			prefill_wgmma_launch<PREFILL_WGMMA, 1>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 	} else {
 		const int narrow_rows = prefill_cfg<128, PREFILL_128>::rows;
 		const int wide_rows = prefill_cfg<128, PREFILL_128_WIDE>::rows;
@@ -430,7 +447,7 @@ bool cuda_decode_takes_rope(const struct cuda_backend *cu, const struct kt_rope_
 int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 {
 	const int dim = c->max_head_dim < 128 ? c->max_head_dim : 128;
-	int n_sms = 0;
+	int n_sms = 0, major = 0, minor = 0;
 
 	cu->att_ready = false;
 	CU_CHECK(cu_enter(cu));
@@ -444,6 +461,17 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 	CU_CHECK((prefill_setup<64, PREFILL_64>()));
 	CU_CHECK((prefill_setup<128, PREFILL_128>()));
 	CU_CHECK((prefill_setup<128, PREFILL_128_WIDE>()));
+	CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cu->device));
+	CU_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cu->device));
+#ifdef ATLAS_CUDA_SM90A
+	cu->att_wgmma = major == 9 && minor == 0;
+#else
+	cu->att_wgmma = false;
+#endif
+	if (cu->att_wgmma) {
+		CU_CHECK((prefill_wgmma_setup<PREFILL_WGMMA, 1>()));
+		CU_CHECK((prefill_wgmma_setup<PREFILL_WGMMA, 2>()));
+	}
 	cu->att_slots64 = decode_slots<64, DEC_STAGES>(n_sms);
 	cu->att_slots128 = decode_slots<128, DEC_STAGES>(n_sms);
 	cu->att_sms = n_sms;

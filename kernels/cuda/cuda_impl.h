@@ -155,6 +155,7 @@ struct cuda_backend {
 	int att_heads;              /* heads the workspace holds per row-split */
 	int att_slots64, att_slots128; /* resident decode CTAs for head_dim 64, 128 */
 	int att_sms;                /* multiprocessors: what a wide prefill grid must fill */
+	bool att_wgmma;             /* head_dim-128 prefill on wgmma: sm_90a code, a 9.0 GPU */
 	/* Copies of the swap tier (cuda_transfer.cu): their own stream, which
 	 * waits for what the main stream had enqueued when each copy started,
 	 * and one event per copy in a ring; copy t is event t % CUDA_COPY_RING. */

@@ -1,14 +1,18 @@
-/* Hopper warpgroup MMA (wgmma) primitives for the kernel lab
- * (dev/cuda/wgmma_lab.cu): the 128-byte-swizzled tile layout and its
- * shared-memory descriptor, the fences and waits of the asynchronous
- * products, and the three product shapes that a prefill attention with
- * head_dim 128 needs: m64n64k16 and m64n128k16 with both operands in shared
- * memory (S = Q Kᵀ), and m64n128k16 with A in registers and B transposed
- * (O = P V). sm_90a only. They move to kernels/cuda/ with the first backend
- * kernel that uses them.
+/* Hopper warpgroup MMA (wgmma) primitives: the 128-byte-swizzled tile
+ * layout and its shared-memory descriptor, the fences and waits of the
+ * asynchronous products, and the three product shapes that a prefill
+ * attention with head_dim 128 needs: m64n64k16 and m64n128k16 with both
+ * operands in shared memory (S = Q Kᵀ), and m64n128k16 with A in registers
+ * and B transposed (O = P V). The prefill kernel
+ * (cuda_attention_wgmma.cuh) and the lab (dev/cuda/wgmma_lab.cu, which
+ * checks each product and layout against the host) use them.
+ *
+ * sm_90a only: call them from code that only an sm_90a build compiles
+ * (ATT_WGMMA_DEVICE, cuda_attention_wgmma.cuh); an unused inline function
+ * emits nothing, so other architectures build the header as well.
  */
-#ifndef ATLAS_DEV_CUDA_WGMMA_CUH
-#define ATLAS_DEV_CUDA_WGMMA_CUH
+#ifndef ATLAS_KERNELS_CUDA_WGMMA_CUH
+#define ATLAS_KERNELS_CUDA_WGMMA_CUH
 
 #include <stdint.h>
 
