@@ -448,8 +448,8 @@ static void chunked(const shape &sh, int total, int chunk, bool time_generic)
  * (w8s2b1k64), the wide variant (w8s2b1k64m2) and the wgmma kernel at one
  * and at two CTAs per SM (w2, w2m2). Which of the first two
  * prefill_wide_pays picks (the rule of a GPU without wgmma), and which of
- * the last two the grid picks (more CTAs than SMs: w2m2): the prompt's time
- * under each rule against the fastest kernel at every chunk. */
+ * the last two prefill_wgmma_pair picks: the prompt's time under each rule
+ * against the fastest kernel at every chunk. */
 static void routing(const shape &sh, int total, int chunk, int sms)
 {
 	typedef prefill_cfg<128, 8, 2, 1, 64> narrow_cfg;
@@ -478,8 +478,10 @@ static void routing(const shape &sh, int total, int chunk, int sms)
 		a.group = sh.n_heads / sh.n_kv;
 		pick_mma = prefill_wide_pays(a, sh.n_kv, sms, narrow_cfg::rows, wide_cfg::rows) ? WIDE
 											 : NARROW;
-		pick_wgmma = (int64_t)prefill_tiles(a, wgmma_cfg<2, 2, 1>::rows) * sh.n_kv > sms ? WG2
-											 : WG1;
+		pick_wgmma = prefill_wgmma_pair(a, (int64_t)prefill_tiles(a, wgmma_cfg<2, 2, 1>::rows) *
+							   sh.n_kv, sms)
+				     ? WG2
+				     : WG1;
 		printf("  %2d/%d chunk %5d at %5d: narrow %7.3f  wide %7.3f  w2 %7.3f  w2m2 %7.3f ms  "
 		       "picks %s (%+5.1f%% on mma.sync's pick)%s\n",
 		       sh.n_heads, sh.n_kv, chunk, c * chunk, t[NARROW], t[WIDE], t[WG1], t[WG2],

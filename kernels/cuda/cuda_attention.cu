@@ -46,10 +46,10 @@
  * alternatives). On a 9.0 GPU with sm_90a code (cu->att_wgmma), a segment
  * of head_dim 128 takes the wgmma kernel (cuda_attention_wgmma.cuh: two
  * warpgroups, 128 rows a CTA, as many as the narrow variant), at two CTAs a
- * multiprocessor when its grid has more CTAs than there are
- * multiprocessors, else at one: Qwen3-8B's prompt of 8,192 tokens in
- * chunks of 2,048 at 305 TFLOP/s against the wide variant's 252, and in
- * chunks of 512 at 152 against the narrow one's 130 (H200, 2026-12-02).
+ * multiprocessor where prefill_wgmma_pair says they pay, else at one:
+ * Qwen3-8B's prompt of 8,192 tokens in chunks of 2,048 at 305 TFLOP/s
+ * against the wide variant's 252, and in chunks of 512 at 155 against the
+ * narrow one's 131 (H200, 2026-12-02).
  * Elsewhere it takes the wide variant (two m-tiles a warp, 256 rows a CTA)
  * when prefill_wide_pays estimates it ends sooner. On an H200 it read the
  * Qwen3-8B prompt of 8,192 tokens in chunks of 2,048 (256 CTAs a chunk) at
@@ -327,7 +327,7 @@ static int run_segment(const att_call &c, const struct kt_segment *g)
 
 		if (!tiles)
 			return -EINVAL;
-		if ((int64_t)tiles * c.n_kv > c.cu->att_sms)
+		if (prefill_wgmma_pair(a, (int64_t)tiles * c.n_kv, c.cu->att_sms))
 			prefill_wgmma_launch<PREFILL_WGMMA, 2>(c.cu->pdl, a, c.n_kv, c.cu->stream);
 		else
 			prefill_wgmma_launch<PREFILL_WGMMA, 1>(c.cu->pdl, a, c.n_kv, c.cu->stream);

@@ -28,8 +28,8 @@
  * multiprocessor (128 registers a thread), so that one's softmax runs
  * while the other's products do: Qwen3-8B's prompt of 8,192 tokens in
  * chunks of 2,048 at 305 TFLOP/s against the mma.sync kernels' 252, H200
- * (docs/perf.md). A grid that gives every multiprocessor at most one CTA
- * takes MINB 1 (149 registers, no spills).
+ * (docs/perf.md). prefill_wgmma_pair says when; else MINB 1 (149
+ * registers, no spills).
  *
  * A block id out of range makes the rows whose keys include it NaN and sets
  * CUDA_FAULT_ATTENTION. Each CTA reads its q rows before it writes the same
@@ -239,6 +239,21 @@ __global__ void __launch_bounds__(WGS * 128, MINB) prefill_wgmma_kernel(prefill_
 #else
 	__trap();
 #endif
+}
+
+/* Whether a segment's grid of ctas CTAs runs sooner at two CTAs a
+ * multiprocessor than at one, on sms multiprocessors. Two pay when the grid
+ * has more CTAs than multiprocessors, and either more than fit at two a
+ * multiprocessor, or the CTAs' work is even: the segment has history of
+ * half its rows or more, so that the latest CTA has at most 1.5 times the
+ * keys of the mean one. A segment at the start of its sequence whose CTAs
+ * all fit at two a multiprocessor runs its latest, longest CTAs beside
+ * others to the end: Qwen3-0.6B's first chunk of 2,048 (256 CTAs on 132)
+ * took 0.104 ms at two against 0.092 at one, its next chunks 0.207-0.412
+ * against 0.235-0.530 (H200, dev/cuda/attention_prefill.cu, 2026-12-02). */
+static inline bool prefill_wgmma_pair(const prefill_args &a, int64_t ctas, int sms)
+{
+	return ctas > sms && (ctas > 2 * (int64_t)sms || 2 * (int64_t)a.pos0 >= a.n_rows);
 }
 
 template <int WGS, int STAGES, int MINB> static inline cudaError_t prefill_wgmma_setup(void)
