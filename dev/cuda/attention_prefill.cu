@@ -3,10 +3,10 @@
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
  * keys, one or two m-tiles of 16 rows a warp), the kernel on Hopper's
  * warpgroup MMA (kernels/cuda/cuda_attention_wgmma.cuh, head_dim 128 only:
- * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM) and the generic kernel
- * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
- * 2026-11-22), on a paged bf16 cache with a shuffled
- * block table, against a float64 CPU reference (q as given, in f32).
+ * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM) and the
+ * generic kernel (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B
+ * prompt, H100, 2026-11-22), on a paged bf16 cache with a shuffled block
+ * table, against a float64 CPU reference (q as given, in f32).
  *
  * A prompt of `total` tokens runs in chunks of `chunk` (one segment each):
  * chunk c holds positions [c·chunk, (c+1)·chunk) and attends to every

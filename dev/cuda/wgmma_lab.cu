@@ -1,12 +1,14 @@
-/* Hopper warpgroup MMA (wgmma) lab, the first step towards a prefill
- * attention on it: the operand layouts that attention needs, checked one
- * product at a time against the host, then the rate of an attention-shaped
- * loop with its operands resident in shared memory (an upper bound for a
- * kernel that also streams K and V).
+/* Hopper warpgroup MMA (wgmma) lab, the first step towards the prefill
+ * attention on it (kernels/cuda/cuda_attention_wgmma.cuh): the operand
+ * layouts that attention needs, checked one product at a time against the
+ * host, then the rate of an attention-shaped loop with its operands
+ * resident in shared memory (an upper bound for a kernel that also streams
+ * K and V).
  *
- * Why: the backend's prefill attention (kernels/cuda/cuda_attention_prefill.cuh)
- * runs on mma.sync at 253 TFLOP/s on an H200 (Qwen3-8B, 8K prompt);
- * docs/perf.md's sums ask 337 or more for issue 14's 40,000 tokens/s.
+ * Why: the backend's prefill attention on mma.sync
+ * (kernels/cuda/cuda_attention_prefill.cuh) ran at 253 TFLOP/s on an H200
+ * (Qwen3-8B, 8K prompt); docs/perf.md's sums asked 337 or more for issue
+ * 14's 40,000 tokens/s.
  * There every K and V fragment goes through ldmatrix into registers, 16
  * rows of a warp at a time; wgmma multiplies a warpgroup's 64 rows with its
  * B operand (and A, if asked) read from shared memory by the tensor cores.

@@ -47,8 +47,8 @@
  * of head_dim 128 takes the wgmma kernel (cuda_attention_wgmma.cuh: two
  * warpgroups, 128 rows a CTA, as many as the narrow variant), at two CTAs a
  * multiprocessor where prefill_wgmma_pair says they pay, else at one:
- * Qwen3-8B's prompt of 8,192 tokens in chunks of 2,048 at 305 TFLOP/s
- * against the wide variant's 252, and in chunks of 512 at 155 against the
+ * Qwen3-8B's prompt of 8,192 tokens in chunks of 2,048 at 356 TFLOP/s
+ * against the wide variant's 254, and in chunks of 512 at 168 against the
  * narrow one's 131 (H200, 2026-12-02).
  * Elsewhere it takes the wide variant (two m-tiles a warp, 256 rows a CTA)
  * when prefill_wide_pays estimates it ends sooner. On an H200 it read the

@@ -217,13 +217,11 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
 
 /* The online-softmax step of one m-tile of 16 rows (see the top): mask
  * and scale the scores s of NK keys, whose first column in this lane is
- * position c0, for rows g (positions up to lim0) and g + 8 (lim1); move the
- * running max m; rescale the sums l and, unless DEFER, the accumulators o;
- * turn s into P. corr[r] is row g + 8 r's factor: with DEFER the caller
- * multiplies o by it later (the wgmma prefill of the lab, once the product
- * in flight into o has landed), rescale_rows, the same product. warp_attend
- * and the prefill kernels (cuda_attention_prefill.cuh) share it, so that a
- * row gets the same bits from each.
+ * position c0, for rows g (positions up to lim0) and g + 8 (lim1); rescale
+ * the accumulators o and the sums l to the new running max m; turn s into
+ * P. warp_attend and the prefill kernels (cuda_attention_prefill.cuh,
+ * cuda_attention_wgmma.cuh) share it, so that a row gets the same bits
+ * from each.
  *
  * With SKIP (prefill), a step whose keys every row of the warp may see (all
  * but the diagonal steps of a causal segment) skips the mask, which would
@@ -234,10 +232,10 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
  * kept them apart, and without it nothing would. The decode kernel, whose
  * steps are few and on a latency chain, leaves SKIP out and keeps the
  * machine code it had (the plain product). */
-template <int D, int NK, bool SKIP, bool DEFER>
-__device__ __forceinline__ void softmax_step(float (&s)[NK / 8][4], float (&o)[D / 8][4],
-					     float (&m)[2], float (&l)[2], float (&corr)[2],
-					     int c0, int lim0, int lim1, float sl2)
+template <int D, int NK, bool SKIP = true>
+__device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D / 8][4],
+					     float (&m)[2], float (&l)[2], int c0, int lim0,
+					     int lim1, float sl2)
 {
 	float mx[2] = { -INFINITY, -INFINITY }, base[2];
 	/* this lane's last column is c0 + NK - 7 */
@@ -266,21 +264,19 @@ __device__ __forceinline__ void softmax_step(float (&s)[NK / 8][4], float (&o)[D
 	}
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
-		float mn;
+		float mn, corr;
 
 		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 1));
 		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 2));
 		mn = fmaxf(m[r], mx[r]);
 		base[r] = mn == -INFINITY ? 0.0f : mn;
-		corr[r] = exp2_fast(m[r] - base[r]);
+		corr = exp2_fast(m[r] - base[r]);
 		m[r] = mn;
-		l[r] *= corr[r];
-		if constexpr (!DEFER) {
+		l[r] *= corr;
 #pragma unroll
-			for (int i = 0; i < D / 8; i++) {
-				o[i][2 * r] *= corr[r];
-				o[i][2 * r + 1] *= corr[r];
-			}
+		for (int i = 0; i < D / 8; i++) {
+			o[i][2 * r] *= corr;
+			o[i][2 * r + 1] *= corr;
 		}
 	}
 #pragma unroll
@@ -290,30 +286,6 @@ __device__ __forceinline__ void softmax_step(float (&s)[NK / 8][4], float (&o)[D
 			s[i][e] = exp2_fast(s[i][e] - base[e >> 1]);
 			l[e >> 1] += s[i][e];
 		}
-}
-
-template <int D, int NK, bool SKIP = true>
-__device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D / 8][4],
-					     float (&m)[2], float (&l)[2], int c0, int lim0,
-					     int lim1, float sl2)
-{
-	float corr[2];
-
-	softmax_step<D, NK, SKIP, false>(s, o, m, l, corr, c0, lim0, lim1, sl2);
-}
-
-/* softmax_step's deferred rescale: o's rows g and g + 8 times corr[0] and
- * corr[1]. */
-template <int D>
-__device__ __forceinline__ void rescale_rows(float (&o)[D / 8][4], const float (&corr)[2])
-{
-#pragma unroll
-	for (int i = 0; i < D / 8; i++) {
-		o[i][0] *= corr[0];
-		o[i][1] *= corr[0];
-		o[i][2] *= corr[1];
-		o[i][3] *= corr[1];
-	}
 }
 
 /* Fold NK keys into w: their K and V rows start at shared addresses ks and
@@ -382,11 +354,9 @@ template <int D> __device__ __forceinline__ void warp_rows_finish(warp_rows<D> &
  * smallest such key goes to *bad_from (shared, atomicMin). Key `skip` (a
  * decode row's own key, which the decode kernel puts in the tile itself) is
  * checked but not copied: its rows in the tiles are left as they are.
- * SWIZZLED (D 128, no skip): the tiles are in Hopper wgmma's
- * 128-byte-swizzled layout instead of rows of D + 8 values: two halves of
- * 64 dims, each ATT_TILE rows of 128 bytes, the 16-byte chunk c of row r at
- * c ^ (r % 8) (the wgmma kernel of the lab, dev/cuda/attention_wgmma.cuh). */
-template <int D, int NT, bool SWIZZLED = false>
+ * (The wgmma prefill loads its swizzled tiles itself:
+ * cuda_attention_wgmma.cuh.) */
+template <int D, int NT>
 __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 					     const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
 					     const int32_t *blocks, const paged_kv &kv, int kvh,
@@ -426,14 +396,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ks, uint32_t vs,
 		const int c = (int)threadIdx.x + i * NT;
 		const int row = c / CPR, col = c % CPR;
 
-		if constexpr (SWIZZLED) {
-			const uint32_t at = (col / 8) * ATT_TILE * 128 + row * 128 +
-					    ((col % 8) ^ (row % 8)) * 16;
-
-			static_assert(D == 128, "the swizzled layout is for D 128");
-			cp_async16(ks + at, kc + (off[i] < 0 ? 0 : off[i]), off[i] >= 0);
-			cp_async16(vs + at, vc + (off[i] < 0 ? 0 : off[i]), off[i] >= 0);
-		} else if (key0 + row != skip) {
+		if (key0 + row != skip) {
 			cp_async16(ks + row * RB + col * 16, kc + (off[i] < 0 ? 0 : off[i]),
 				   off[i] >= 0);
 			cp_async16(vs + row * RB + col * 16, vc + (off[i] < 0 ? 0 : off[i]),

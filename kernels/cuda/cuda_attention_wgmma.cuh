@@ -8,11 +8,11 @@
  * and row packing as cuda_attention_prefill.cuh's). Each warpgroup rounds
  * its q rows to bf16 into a tile of its own in the 128-byte-swizzled layout
  * (cuda_wgmma.cuh); K and V tiles of ATT_TILE keys come through the block
- * table with cp.async into the same layout (load_kv_tile, SWIZZLED), a
- * STAGES-deep ring that the CTA's first 256 threads fill. Per tile, a
- * warpgroup whose rows see any of its keys runs S = q Kᵀ (8 m64n64k16
- * products, both operands in shared memory), the softmax step that every
- * prefill kernel shares (softmax_step: wgmma's accumulators of a warp are
+ * table with cp.async into the same layout (wgmma_load_kv), a STAGES-deep
+ * ring that the CTA's first 256 threads fill. Per tile, a warpgroup whose
+ * rows see any of its keys runs S = q Kᵀ (8 m64n64k16 products, both
+ * operands in shared memory), the softmax step that every
+ * prefill kernel shares (softmax_tile: wgmma's accumulators of a warp are
  * the mma.sync fragments of its 16 rows), and O += P V (4 m64n128k16, P
  * from registers, V read transposed: its descriptor's leading offset is the
  * one between V's two 64-dim halves, the reading that dev/cuda/wgmma_lab.cu
@@ -25,11 +25,11 @@
  * shared memory straight into the tensor cores, once for 64 rows, where
  * every warp of the mma.sync kernels loads every K and V fragment into its
  * registers for its 16 (or 32) rows. MINB 2 fits two CTAs on a
- * multiprocessor (128 registers a thread), so that one's softmax runs
- * while the other's products do: Qwen3-8B's prompt of 8,192 tokens in
- * chunks of 2,048 at 305 TFLOP/s against the mma.sync kernels' 252, H200
- * (docs/perf.md). prefill_wgmma_pair says when; else MINB 1 (149
- * registers, no spills).
+ * multiprocessor (128 registers a thread, no spills), so that one's
+ * softmax runs while the other's products do: Qwen3-8B's prompt of 8,192
+ * tokens in chunks of 2,048 at 356 TFLOP/s against the mma.sync kernels'
+ * 254, H200 (docs/perf.md). prefill_wgmma_pair says when; else MINB 1 (136
+ * registers).
  *
  * A block id out of range makes the rows whose keys include it NaN and sets
  * CUDA_FAULT_ATTENTION. Each CTA reads its q rows before it writes the same
@@ -62,15 +62,42 @@ template <int WGS, int STAGES, int MINB> struct wgmma_cfg {
 	static constexpr int smem = WGS * q_bytes + STAGES * 2 * kv_bytes + 1024;
 };
 
-/* The K and V tiles of keys [key0, key0 + ATT_TILE) into the ring at ks and
- * vs, swizzled: the first 256 threads of the CTA copy (a tile is 1,024
- * chunks of 16 bytes, 4 a thread). */
+/* The K and V tiles of keys [key0, key0 + ATT_TILE) of kv head kvh into the
+ * ring at ks and vs, swizzled (cuda_wgmma.cuh's layout: the 16-byte chunk c
+ * of key r at half c / 8, row r, chunk (c % 8) ^ (r % 8)). The CTA's first
+ * 256 threads copy, 4 a key: each thread 4 consecutive chunks of one key's
+ * K and V row, so one block-id lookup (a division by the block size and a
+ * 64-bit offset) serves 8 copies. Keys at or past key_end are zero-filled;
+ * a key in a block whose id is out of range too, and the smallest such key
+ * goes to *bad_from (shared, atomicMin), as load_kv_tile does for the
+ * mma.sync kernels. Why not load_kv_tile: its 4 chunks a thread are of 4
+ * keys, 4 lookups; with it, the loads were 363 of the main loop's 954
+ * instructions, and the kernel was bound by issue (docs/perf.md). */
 __device__ __forceinline__ void wgmma_load_kv(uint32_t ks, uint32_t vs, const prefill_args &a,
 					      int kvh, int key0, int key_end, int *bad_from)
 {
-	if (threadIdx.x < 256)
-		load_kv_tile<128, 256, true>(ks, vs, a.kc, a.vc, a.blocks, a.kv, kvh, key0, key_end,
-					     bad_from);
+	const int row = threadIdx.x >> 2, c0 = 4 * (threadIdx.x & 3), j = key0 + row;
+	int64_t off = -1;
+
+	if (threadIdx.x >= 256)
+		return;
+	if (j < key_end) {
+		const int32_t blk = a.blocks[j / a.kv.bs];
+
+		if (blk >= 0 && blk < a.kv.n_blocks)
+			off = ((int64_t)blk * a.kv.block_rows + j % a.kv.bs) * a.kv.row_len +
+			      (int64_t)kvh * 128 + c0 * 8;
+		else
+			atomicMin(bad_from, j);
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int c = c0 + i;
+		const uint32_t at = (c / 8) * ATT_TILE * 128 + row * 128 + ((c % 8) ^ (row % 8)) * 16;
+
+		cp_async16(ks + at, a.kc + (off < 0 ? 0 : off + 8 * i), off >= 0);
+		cp_async16(vs + at, a.vc + (off < 0 ? 0 : off + 8 * i), off >= 0);
+	}
 }
 
 /* A float[4 N] accumulator of wgmma seen as the N [4] fragments of mma.sync. */
@@ -81,30 +108,32 @@ template <int N> __device__ __forceinline__ float (&wgmma_frags(float (&r)[4 * N
 
 #if ATT_WGMMA_DEVICE
 /* Issue s [64][ATT_TILE] = q [64][128] · K [ATT_TILE][128]ᵀ: 8 products of 16
- * dims, the first overwriting s. q and K tiles at shared addresses qs, ks. */
-__device__ __forceinline__ void wgmma_issue_qk(float (&s)[32], uint32_t qs, uint32_t ks)
+ * dims, the first overwriting s. qd, kd: the descriptors of the q and K
+ * tiles' starts; a 16-dim step is 32 bytes on within a half of 64 dims, the
+ * second half 64 rows (ATT_TILE rows) of 128 bytes on. A descriptor's start
+ * is its low field, in 16-byte units, and the smem window keeps the sums
+ * inside it, so the steps add to the descriptors. */
+__device__ __forceinline__ void wgmma_issue_qk(float (&s)[32], uint64_t qd, uint64_t kd)
 {
-	constexpr int HALF = 64 * 128;
-
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
-		const uint32_t at = (kk / 4) * HALF + (kk % 4) * 32;
+		const uint32_t q_at = (kk / 4) * 64 * 128 + (kk % 4) * 32;
+		const uint32_t k_at = (kk / 4) * ATT_TILE * 128 + (kk % 4) * 32;
 
-		wgmma_64x64_ss(s, sw128_desc(qs + at, 16, 1024), sw128_desc(ks + at, 16, 1024),
-			       kk > 0);
+		wgmma_64x64_ss(s, qd + (q_at >> 4), kd + (k_at >> 4), kk > 0);
 	}
 }
 
 /* Issue o [64][128] += P [64][ATT_TILE] · V [ATT_TILE][128]: 4 products of 16
- * keys, P from registers, the V tile at vs read transposed. */
+ * keys, P from registers, V read transposed; vd: the descriptor of the V
+ * tile's start, whose leading offset is the one between its two halves. A
+ * 16-key step is 16 rows of 128 bytes on. */
 __device__ __forceinline__ void wgmma_issue_pv(float (&o)[64], const uint32_t (&p)[4][4],
-					       uint32_t vs)
+					       uint64_t vd)
 {
-	constexpr int HALF = 64 * 128;
-
 #pragma unroll
 	for (int kk = 0; kk < 4; kk++)
-		wgmma_64x128_rs(o, p[kk], sw128_desc(vs + kk * 16 * 128, HALF, 1024), 1);
+		wgmma_64x128_rs(o, p[kk], vd + ((kk * 16 * 128) >> 4), 1);
 }
 #endif
 
@@ -126,8 +155,9 @@ __global__ void __launch_bounds__(WGS * 128, MINB) prefill_wgmma_kernel(prefill_
 	const int wg_max = w0 < packed ? a.pos0 + min(w0 + 63, packed - 1) / a.group : -1;
 	const int64_t ld = (int64_t)a.n_heads * D;
 	const uint32_t qs = wg_smem(base) + wg * QB, ring = wg_smem(base) + WGS * QB;
+	const uint64_t qd = sw128_desc(qs, 16, 1024);
 	unsigned char *const q_tile = base + wg * QB;
-	float o[64], s[32], m[2], l[2], corr[2];
+	float o[64], s[32], m[2], l[2];
 	uint32_t p[4][4];
 	int lim[2];
 
@@ -194,18 +224,16 @@ __global__ void __launch_bounds__(WGS * 128, MINB) prefill_wgmma_kernel(prefill_
 		if (kt * ATT_TILE <= wg_max) {
 			wg_pin(s);
 			wg_fence();
-			wgmma_issue_qk(s, qs, ks);
+			wgmma_issue_qk(s, qd, sw128_desc(ks, 16, 1024));
 			wg_commit();
 			wg_wait<0>();
 			wg_pin(s);
-			softmax_step<D, ATT_TILE, true, true>(wgmma_frags<8>(s), wgmma_frags<16>(o), m,
-							      l, corr, kt * ATT_TILE + 2 * (lane & 3),
-							      lim[0], lim[1], a.sl2);
-			rescale_rows<D>(wgmma_frags<16>(o), corr);
+			softmax_tile<D, ATT_TILE>(wgmma_frags<8>(s), wgmma_frags<16>(o), m, l,
+						  kt * ATT_TILE + 2 * (lane & 3), lim[0], lim[1], a.sl2);
 			wg_p_frags<ATT_TILE>(s, p);
 			wg_pin(o);
 			wg_fence();
-			wgmma_issue_pv(o, p, vs);
+			wgmma_issue_pv(o, p, sw128_desc(vs, ATT_TILE * 128, 1024));
 			wg_commit();
 			wg_wait<0>();
 			wg_pin(o);

@@ -425,16 +425,18 @@ static const struct op_family faults = { fault_build, fault_run, fault_check, tr
 
 #define FAULT(name, op, f, d, kv_dtype) \
 	{ name, op, &faults, &(const struct fault_params){ f, d, kv_dtype, false } }
-/* A device-side fault on the three kernels' worlds: native caches of
- * head_dim 64 (cuda: tensor cores) and 80 (generic), f32 caches. */
+/* A device-side fault on the four kernels' worlds: native caches of
+ * head_dim 64 (cuda: mma.sync), 128 (cuda on a 9.0 GPU: wgmma, its own
+ * K/V loader) and 80 (generic), f32 caches. */
 #define DEVICE(name, op, f) \
-	FAULT(name ", D=64", op, f, 64, KV_NATIVE), FAULT(name ", D=80", op, f, 80, KV_NATIVE), \
-	FAULT(name ", D=64 f32 cache", op, f, 64, KV_F32)
+	FAULT(name ", D=64", op, f, 64, KV_NATIVE), FAULT(name ", D=128", op, f, 128, KV_NATIVE), \
+	FAULT(name ", D=80", op, f, 80, KV_NATIVE), FAULT(name ", D=64 f32 cache", op, f, 64, KV_F32)
 /* The same over block-major caches. */
 #define LAYERED(name, op, f, d, kv_dtype) \
 	{ name, op, &faults, &(const struct fault_params){ f, d, kv_dtype, true } }
 #define LAYERED_DEVICE(name, op, f) \
 	LAYERED(name ", D=64", op, f, 64, KV_NATIVE), \
+	LAYERED(name ", D=128", op, f, 128, KV_NATIVE), \
 	LAYERED(name ", D=80", op, f, 80, KV_NATIVE), \
 	LAYERED(name ", D=64 f32 cache", op, f, 64, KV_F32)
 
