@@ -40,6 +40,11 @@
 #        side, so the rounds interleave all of them; with AB_BUDGET
 #        (seconds from the phase's start) rounds go on past AB_ROUNDS
 #        while one more, as long as the last, would end within it.
+#        Beside the rounds, nvidia-smi samples the SM clock, the power and
+#        the throttle reasons every 100 ms (power.csv) and each bench's
+#        start and end are written to marks.txt, both in ab-bench.tgz:
+#        tools/ab-power.py prints them side against side (whether a side's
+#        gain is spread over a power-capped step).
 # trace: a CUPTI trace (dev/prof/kernel_trace.c) of one atlas bench of
 #        each SHAPE on each side (AB_TRACE_SIDES: a list of sides, all by
 #        default) with AB_TRACE_BENCH's options (a prefill of 8,192 twice
@@ -147,6 +152,14 @@ bench)
 	start=$(date +%s)
 	last=0
 	round=0
+	: >"$out/marks.txt"
+	# the reasons' field has two names across drivers
+	reasons=clocks_event_reasons.active
+	nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 ||
+		reasons=clocks_throttle_reasons.active
+	nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,$reasons \
+		--format=csv,noheader,nounits -lms 100 >"$out/power.csv" 2>/dev/null &
+	smi=$!
 	while :; do
 		round=$((round + 1))
 		t=$(date +%s)
@@ -157,27 +170,33 @@ bench)
 			while [ $i -le "$n" ]; do
 				echo
 				echo "== $s, side $i, round $round"
+				echo "$(date '+%Y/%m/%d %H:%M:%S.%N') start $s $i $round" >>"$out/marks.txt"
 				# shellcheck disable=SC2086
 				"$(side_dir $i)"/build-gpu/tools/atlas bench --dummy-weights \
 					--arch "${s%%-*}" --shape "${s#*-}" -o chunk_size=2048 \
 					-o log_level=warn $bench_opts \
 					--csv-out "$out/ab-$s-$i-$round.csv" || failed=$((failed + 1))
+				echo "$(date '+%Y/%m/%d %H:%M:%S.%N') end $s $i $round" >>"$out/marks.txt"
 				i=$((i + 1))
 			done
 			[ -n "${AB_LAST_EXTRA:-}" ] || continue
 			echo
 			echo "== $s, side ${n}x ($AB_LAST_EXTRA), round $round"
+			echo "$(date '+%Y/%m/%d %H:%M:%S.%N') start $s ${n}x $round" >>"$out/marks.txt"
 			# shellcheck disable=SC2086
 			build-gpu/tools/atlas bench --dummy-weights --arch "${s%%-*}" \
 				--shape "${s#*-}" -o chunk_size=2048 -o log_level=warn $bench_opts \
 				$AB_LAST_EXTRA --csv-out "$out/ab-$s-${n}x-$round.csv" ||
 				failed=$((failed + 1))
+			echo "$(date '+%Y/%m/%d %H:%M:%S.%N') end $s ${n}x $round" >>"$out/marks.txt"
 		done
 		last=$(($(date +%s) - t))
 	done
 	# One file for all the CSVs: the device tool brings back only a few
 	# files of a call's $OUT, and sides x rounds x shapes are more.
-	(cd "$out" && tar czf ab-bench.tgz ab-*.csv && rm -f ab-*.csv) || failed=$((failed + 1))
+	kill "$smi" 2>/dev/null
+	(cd "$out" && tar czf ab-bench.tgz ab-*.csv power.csv marks.txt &&
+		rm -f ab-*.csv power.csv marks.txt) || failed=$((failed + 1))
 	;;
 trace)
 	[ $# -gt 0 ] || set -- qwen3-0.6b
