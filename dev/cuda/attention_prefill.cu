@@ -3,11 +3,11 @@
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
  * keys, one or two m-tiles of 16 rows a warp), the kernel on Hopper's
  * warpgroup MMA (kernels/cuda/cuda_attention_wgmma.cuh, head_dim 128 only:
- * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM, the LAZY
- * rescale, "lazy": written 2026-12-02, not yet run) and the
- * generic kernel (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B
- * prompt, H100, 2026-11-22), on a paged bf16 cache with a shuffled block
- * table, against a float64 CPU reference (q as given, in f32).
+ * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM, and the LAZY
+ * rescale, written 2026-12-02 and not yet run) and the generic kernel
+ * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
+ * 2026-11-22), on a paged bf16 cache with a shuffled block table, against
+ * a float64 CPU reference (q as given, in f32).
  *
  * A prompt of `total` tokens runs in chunks of `chunk` (one segment each):
  * chunk c holds positions [c·chunk, (c+1)·chunk) and attends to every
@@ -169,7 +169,8 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 }
 
 /* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
- * of 16 rows a warp (the wide kernel) */
+ * of 16 rows a warp (the wide kernel); wgmma wW: W warpgroups, sS: a ring of
+ * S (else 2), m2: two CTAs an SM asked (else one), lazy: the LAZY rescale */
 enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_W8S3M2,
 	       V_WG2, V_WG3, V_WG3S3, V_WG2M2, V_WG2L, V_WG2M2L, V_GENERIC,
 	       N_VARIANTS };

@@ -50,6 +50,7 @@
  * Qwen3-8B's prompt of 8,192 tokens in chunks of 2,048 at 356 TFLOP/s
  * against the wide variant's 254, and in chunks of 512 at 168 against the
  * narrow one's 131 (H200, 2026-12-02).
+ *
  * Elsewhere it takes the wide variant (two m-tiles a warp, 256 rows a CTA)
  * when prefill_wide_pays estimates it ends sooner. On an H200 it read the
  * Qwen3-8B prompt of 8,192 tokens in chunks of 2,048 (256 CTAs a chunk) at
