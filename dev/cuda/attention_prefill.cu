@@ -3,11 +3,10 @@
  * 2 or 3, register cap for 1 to 3 CTAs per SM, softmax steps of 64 or 32
  * keys, one or two m-tiles of 16 rows a warp), the kernel on Hopper's
  * warpgroup MMA (kernels/cuda/cuda_attention_wgmma.cuh, head_dim 128 only:
- * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM, and the LAZY
- * rescale, written 2026-12-02 and not yet run) and the generic kernel
- * (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B prompt, H100,
- * 2026-11-22), on a paged bf16 cache with a shuffled block table, against
- * a float64 CPU reference (q as given, in f32).
+ * 2 or 3 warpgroups, ring depth 2 or 3, 1 or 2 CTAs per SM) and the
+ * generic kernel (checked only: it ran at 1.0 TFLOP/s on the Qwen3-8B
+ * prompt, H100, 2026-11-22), on a paged bf16 cache with a shuffled block
+ * table, against a float64 CPU reference (q as given, in f32).
  *
  * A prompt of `total` tokens runs in chunks of `chunk` (one segment each):
  * chunk c holds positions [c·chunk, (c+1)·chunk) and attends to every
@@ -170,15 +169,14 @@ static void reference(const prompt &P, const segment &g, const std::vector<int> 
 
 /* tc W w, ring S, B CTAs/SM asked, softmax steps of K keys, mM: M m-tiles
  * of 16 rows a warp (the wide kernel); wgmma wW: W warpgroups, sS: a ring of
- * S (else 2), m2: two CTAs an SM asked (else one), lazy: the LAZY rescale */
+ * S (else 2), m2: two CTAs an SM asked (else one) */
 enum variant { V_A, V_C, V_E, V_F, V_G, V_H, V_W4M2, V_W4M2K32, V_W8M2, V_W8M2K32, V_W8S3M2,
-	       V_WG2, V_WG3, V_WG3S3, V_WG2M2, V_WG2L, V_WG2M2L, V_GENERIC,
+	       V_WG2, V_WG3, V_WG3S3, V_WG2M2, V_GENERIC,
 	       N_VARIANTS };
 static const char *vname[N_VARIANTS] = {
 	"tc w4s2b2k64", "tc w4s2b3k32", "tc w8s2b1k64", "tc w8s3b1k64", "tc w8s2b1k32",
 	"tc w8s3b1k32", "tc w4s2b2k64m2", "tc w4s2b2k32m2", "tc w8s2b1k64m2", "tc w8s2b1k32m2",
-	"tc w8s3b1k64m2", "wgmma w2", "wgmma w3", "wgmma w3s3", "wgmma w2m2", "wgmma w2 lazy",
-	"wgmma w2m2 lazy",
+	"tc w8s3b1k64m2", "wgmma w2", "wgmma w3", "wgmma w3s3", "wgmma w2m2",
 	"generic",
 };
 
@@ -224,22 +222,21 @@ static void launch_tc(const prompt &P, const segment &g)
 	prefill_launch<D, WARPS, STAGES, MINB, SUB, MT>(false, lab_args(P, g), P.sh.n_kv, P.s);
 }
 
-template <int WGS, int STAGES, int MINB, bool LAZY = false>
-static void launch_wgmma(const prompt &P, const segment &g)
+template <int WGS, int STAGES, int MINB> static void launch_wgmma(const prompt &P, const segment &g)
 {
 	static bool ready;
 
 	if (!ready) {
-		CHECK((prefill_wgmma_setup<WGS, STAGES, MINB, LAZY>()));
+		CHECK((prefill_wgmma_setup<WGS, STAGES, MINB>()));
 		ready = true;
 	}
-	prefill_wgmma_launch<WGS, STAGES, MINB, LAZY>(false, lab_args(P, g), P.sh.n_kv, P.s);
+	prefill_wgmma_launch<WGS, STAGES, MINB>(false, lab_args(P, g), P.sh.n_kv, P.s);
 }
 
 /* Whether variant v runs on heads of D dims: the wgmma ones need D 128. */
 static bool runs(int v, int D)
 {
-	return v < V_WG2 || v > V_WG2M2L || D == 128;
+	return v < V_WG2 || v > V_WG2M2 || D == 128;
 }
 
 /* The generic kernel reads device positions: build them for the segment once. */
@@ -300,8 +297,6 @@ template <int D> static void launch(const prompt &P, const segment &g, int v, ge
 	case V_WG3: launch_wgmma<3, 2, 1>(P, g); break;
 	case V_WG3S3: launch_wgmma<3, 3, 1>(P, g); break;
 	case V_WG2M2: launch_wgmma<2, 2, 2>(P, g); break;
-	case V_WG2L: launch_wgmma<2, 2, 1, true>(P, g); break;
-	case V_WG2M2L: launch_wgmma<2, 2, 2, true>(P, g); break;
 	default: launch_generic<D>(P, g, m); break;
 	}
 	CHECK_LAUNCH();
@@ -326,8 +321,7 @@ static int same_bits_as(int v)
 	case V_W4M2: case V_W8M2: return V_E;
 	case V_W8S3M2: return V_F;
 	case V_W4M2K32: case V_W8M2K32: return V_G;
-	case V_WG2: case V_WG3: case V_WG3S3: case V_WG2M2: case V_WG2L: case V_WG2M2L:
-		return V_E;
+	case V_WG2: case V_WG3: case V_WG3S3: case V_WG2M2: return V_E;
 	default: return -1;
 	}
 }

@@ -217,13 +217,11 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
 
 /* The online-softmax step of one m-tile of 16 rows (see the top): mask
  * and scale the scores s of NK keys, whose first column in this lane is
- * position c0, for rows g (positions up to lim0) and g + 8 (lim1); move the
- * running max m; rescale the sums l and the accumulators o; turn s into P.
- * With LAZY, a warp whose rows' maxima all stayed (every factor exactly 1)
- * leaves o as it is instead of multiplying it by 1, which changes no bit
- * but a NaN's payload (the wgmma prefill's lab variant). warp_attend and
- * the prefill kernels (cuda_attention_prefill.cuh, cuda_attention_wgmma.cuh)
- * share it, so that a row gets the same bits from each.
+ * position c0, for rows g (positions up to lim0) and g + 8 (lim1); rescale
+ * the accumulators o and the sums l to the new running max m; turn s into
+ * P. warp_attend and the prefill kernels (cuda_attention_prefill.cuh,
+ * cuda_attention_wgmma.cuh) share it, so that a row gets the same bits
+ * from each.
  *
  * With SKIP (prefill), a step whose keys every row of the warp may see (all
  * but the diagonal steps of a causal segment) skips the mask, which would
@@ -234,12 +232,12 @@ __device__ __forceinline__ void warp_rows_init(warp_rows<D> &w, const float *q0,
  * kept them apart, and without it nothing would. The decode kernel, whose
  * steps are few and on a latency chain, leaves SKIP out and keeps the
  * machine code it had (the plain product). */
-template <int D, int NK, bool SKIP = true, bool LAZY = false>
+template <int D, int NK, bool SKIP = true>
 __device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D / 8][4],
 					     float (&m)[2], float (&l)[2], int c0, int lim0,
 					     int lim1, float sl2)
 {
-	float mx[2] = { -INFINITY, -INFINITY }, base[2], corr[2];
+	float mx[2] = { -INFINITY, -INFINITY }, base[2];
 	/* this lane's last column is c0 + NK - 7 */
 	const bool seen = SKIP && __all_sync(FULL_WARP, c0 + NK - 7 <= min(lim0, lim1));
 
@@ -266,32 +264,20 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NK / 8][4], float (&o)[D
 	}
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
-		float mn;
+		float mn, corr;
 
 		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 1));
 		mx[r] = fmaxf(mx[r], __shfl_xor_sync(FULL_WARP, mx[r], 2));
 		mn = fmaxf(m[r], mx[r]);
 		base[r] = mn == -INFINITY ? 0.0f : mn;
-		corr[r] = exp2_fast(m[r] - base[r]);
+		corr = exp2_fast(m[r] - base[r]);
 		m[r] = mn;
-		l[r] *= corr[r];
-		if constexpr (!LAZY) {
+		l[r] *= corr;
 #pragma unroll
-			for (int i = 0; i < D / 8; i++) {
-				o[i][2 * r] *= corr[r];
-				o[i][2 * r + 1] *= corr[r];
-			}
+		for (int i = 0; i < D / 8; i++) {
+			o[i][2 * r] *= corr;
+			o[i][2 * r + 1] *= corr;
 		}
-	}
-	if constexpr (LAZY) {
-		if (!__all_sync(FULL_WARP, corr[0] == 1.0f && corr[1] == 1.0f))
-#pragma unroll
-			for (int i = 0; i < D / 8; i++) {
-				o[i][0] *= corr[0];
-				o[i][1] *= corr[0];
-				o[i][2] *= corr[1];
-				o[i][3] *= corr[1];
-			}
 	}
 #pragma unroll
 	for (int i = 0; i < NK / 8; i++)

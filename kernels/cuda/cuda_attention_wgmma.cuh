@@ -137,12 +137,7 @@ __device__ __forceinline__ void wgmma_issue_pv(float (&o)[64], const uint32_t (&
 }
 #endif
 
-/* LAZY: softmax_tile's, a warp whose rows' maxima all stayed leaves its 64
- * accumulators a thread as they are. A lab variant
- * (dev/cuda/attention_prefill.cu, "lazy"), not yet measured: written
- * 2026-12-02 after the device time was spent, when ncu had shown the
- * kernel bound by issue; the backend runs LAZY false until the lab says. */
-template <int WGS, int STAGES, int MINB, bool LAZY = false>
+template <int WGS, int STAGES, int MINB>
 __global__ void __launch_bounds__(WGS * 128, MINB) prefill_wgmma_kernel(prefill_args a)
 {
 #if ATT_WGMMA_DEVICE
@@ -233,9 +228,8 @@ __global__ void __launch_bounds__(WGS * 128, MINB) prefill_wgmma_kernel(prefill_
 			wg_commit();
 			wg_wait<0>();
 			wg_pin(s);
-			softmax_tile<D, ATT_TILE, true, LAZY>(wgmma_frags<8>(s), wgmma_frags<16>(o),
-							      m, l, kt * ATT_TILE + 2 * (lane & 3),
-							      lim[0], lim[1], a.sl2);
+			softmax_tile<D, ATT_TILE>(wgmma_frags<8>(s), wgmma_frags<16>(o), m, l,
+						  kt * ATT_TILE + 2 * (lane & 3), lim[0], lim[1], a.sl2);
 			wg_p_frags<ATT_TILE>(s, p);
 			wg_pin(o);
 			wg_fence();
@@ -290,23 +284,22 @@ static inline bool prefill_wgmma_pair(const prefill_args &a, int64_t ctas, int s
 	return ctas > sms && (ctas > 2 * (int64_t)sms || 2 * (int64_t)a.pos0 >= a.n_rows);
 }
 
-template <int WGS, int STAGES, int MINB, bool LAZY = false>
-static inline cudaError_t prefill_wgmma_setup(void)
+template <int WGS, int STAGES, int MINB> static inline cudaError_t prefill_wgmma_setup(void)
 {
-	return cudaFuncSetAttribute(prefill_wgmma_kernel<WGS, STAGES, MINB, LAZY>,
+	return cudaFuncSetAttribute(prefill_wgmma_kernel<WGS, STAGES, MINB>,
 				    cudaFuncAttributeMaxDynamicSharedMemorySize,
 				    wgmma_cfg<WGS, STAGES, MINB>::smem);
 }
 
-template <int WGS, int STAGES, int MINB, bool LAZY = false>
+template <int WGS, int STAGES, int MINB>
 static inline void prefill_wgmma_launch(bool pdl, const prefill_args &a, int n_kv,
 					cudaStream_t s)
 {
 	typedef wgmma_cfg<WGS, STAGES, MINB> cfg;
 	const dim3 grid((unsigned)n_kv, (unsigned)prefill_tiles(a, cfg::rows));
 
-	cu_launch(pdl, prefill_wgmma_kernel<WGS, STAGES, MINB, LAZY>, grid, cfg::threads,
-		  cfg::smem, s, a);
+	cu_launch(pdl, prefill_wgmma_kernel<WGS, STAGES, MINB>, grid, cfg::threads, cfg::smem, s,
+		  a);
 }
 
 #endif
