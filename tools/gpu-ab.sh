@@ -24,7 +24,11 @@
 # same:  whether the changes keep every result: on each model of AB_MODELS
 #        (tests/fidelity/models), the logits of a prompt of 1 token (the
 #        one-row paths), 8 (the GEMV) and 40 (cuBLAS), and 32 greedy tokens, compared bit
-#        for bit between side 0 and the last side (AB_SIDE: that side) on cuda; then the op cases
+#        for bit between side 0 and the last side (AB_SIDE: that side) on cuda; the same
+#        on random weights of each published shape of AB_SAME_SHAPES (qwen3-0.6b
+#        by default: heads of 128 dims, which the test models lack), the 4
+#        highest logits of each position of a prompt of 4,096 and 32 greedy
+#        tokens after 2,100, in chunks of 2,048; then the op cases
 #        on cuda (test_ops), the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) and the engine's
 #        (test_engine, on each model) of the last side.
@@ -131,6 +135,31 @@ same)
 			a=$out/${f%.*}-0.${f##*.}
 			b=$out/${f%.*}-$other.${f##*.}
 			cmp -s "$a" "$b" && echo "$f: equal" ||
+				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
+		done
+	done
+	# The test models' heads have 16 or 32 dims; the published shapes' 128
+	# take other attention kernels. Random weights of each shape of
+	# AB_SAME_SHAPES (the same on every side: their generator is seeded):
+	# the 4 highest logits (printed to round trip) of every position of a
+	# prompt of 4,096 in chunks of 2,048 (Qwen3-0.6B's chunks go to the
+	# wgmma prefill at one and at two CTAs a multiprocessor), and 32
+	# greedy tokens after 2,100.
+	prompt=$(seq -s, 1 4096)
+	gen_prompt=$(seq -s, 1 2100)
+	for shape in ${AB_SAME_SHAPES:-qwen3-0.6b}; do
+		for side in 0 "$other"; do
+			b=$(side_dir "$side")/build-gpu
+			"$b"/tools/atlas logits -o load_format=dummy -o model="$shape" -o backend=cuda \
+				-o chunk_size=2048 -o log_level=warn --tokens "$prompt" --top 4 \
+				>"$out/top-$shape-$side.txt" 2>&1 || failed=$((failed + 1))
+			"$b"/tools/atlas generate -o load_format=dummy -o model="$shape" --mode raw \
+				--temperature 0 --max-tokens 32 --tokens "$gen_prompt" --ids \
+				-o backend=cuda -o chunk_size=2048 -o log_level=warn \
+				>"$out/greedy-$shape-$side.txt" 2>&1 || failed=$((failed + 1))
+		done
+		for f in top-$shape greedy-$shape; do
+			cmp -s "$out/$f-0.txt" "$out/$f-$other.txt" && echo "$f: equal" ||
 				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
 		done
 	done
