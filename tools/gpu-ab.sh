@@ -47,8 +47,9 @@
 #        Beside the rounds, nvidia-smi samples the SM clock, the power and
 #        the throttle reasons every 100 ms (power.csv) and each bench's
 #        start and end are written to marks.txt, both in ab-bench.tgz:
-#        tools/ab-power.py prints them side against side (whether a side's
-#        gain is spread over a power-capped step).
+#        tools/ab-power.py prints them side against side, over each run's
+#        busy samples (whether a side's gain is spread over a power-capped
+#        step: Qwen3-8B's prefill is, on an H200).
 # trace: a CUPTI trace (dev/prof/kernel_trace.c) of one atlas bench of
 #        each SHAPE on each side (AB_TRACE_SIDES: a list of sides, all by
 #        default) with AB_TRACE_BENCH's options (a prefill of 8,192 twice
@@ -186,7 +187,12 @@ bench)
 	reasons=clocks_event_reasons.active
 	nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 ||
 		reasons=clocks_throttle_reasons.active
-	nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,$reasons \
+	# the power of the moment where the driver has it, else its average over
+	# about a second
+	power=power.draw.instant
+	nvidia-smi --query-gpu=$power --format=csv,noheader,nounits 2>/dev/null | grep -q "^[0-9]" ||
+		power=power.draw
+	nvidia-smi --query-gpu=timestamp,clocks.sm,$power,$reasons \
 		--format=csv,noheader,nounits -lms 100 >"$out/power.csv" 2>/dev/null &
 	smi=$!
 	while :; do
