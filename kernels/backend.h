@@ -171,6 +171,9 @@ struct kt_att_state {
 struct kt_device_info {
 	char name[128];          /* "cpu (2 threads, OpenBLAS)", "NVIDIA H100 80GB HBM3" */
 	char backend[16];        /* "cpu" or "cuda" */
+	char pci_bus_id[16];     /* cuda: the device's PCI address, "0000:3b:00.0", by which
+				  * tools find the same GPU through NVML (atlas bench's
+				  * energy); "" on cpu */
 	uint64_t memory_total;   /* bytes of device memory (cpu: physical RAM) */
 	uint64_t memory_free;    /* at open */
 	enum kt_dtype kv_dtype;  /* dtype the backend wants for the KV cache */

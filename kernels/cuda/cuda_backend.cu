@@ -237,6 +237,9 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 				  cu->device, cudaGetErrorString(e));
 	snprintf(info->name, sizeof info->name, "%.*s", (int)sizeof info->name - 1, prop.name);
 	snprintf(info->backend, sizeof info->backend, "cuda");
+	snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%04x:%02x:%02x.0",
+		 (unsigned)prop.pciDomainID & 0xffff, (unsigned)prop.pciBusID & 0xff,
+		 (unsigned)prop.pciDeviceID & 0xff);
 	info->memory_total = total_b;
 	info->memory_free = free_b;
 	info->kv_dtype = KT_BF16;

@@ -27,14 +27,18 @@ static const char usage[] =
 	"Measure prefill throughput (a prompt of N token ids, max_tokens 1: N over the\n"
 	"time to its first token) and decode throughput (B sessions at once, greedy\n"
 	"unless --temperature, ignore_eos: each first prefills its context, then all\n"
-	"generate together; tokens\n"
-	"generated over the time from the step where every one has its first token to\n"
-	"the end of the last). Decode runs at a short context (32) and at --context.\n"
-	"Decode rows also give the bytes read per token and the share of the bound\n"
-	"that the device's measured copy bandwidth sets. max_batch and max_sessions are\n"
-	"raised to the largest batch if needed. A row whose KV cannot fit the pool (and\n"
-	"the host tier) or the context is skipped, saying so, instead of run. The\n"
-	"defaults suit the backend: a GPU's are given below, the cpu's in brackets.\n"
+	"generate together; tokens generated over the time from the step where every\n"
+	"one has its first token to the end of the last). Decode runs at a short\n"
+	"context (32) and at --context.\n"
+	"Decode rows also give the bytes read per token and the share of the bound that\n"
+	"the device's measured copy bandwidth sets. On a GPU whose driver has the\n"
+	"counters (NVML), prefill and decode rows also give its power, joules a token\n"
+	"and the share of the time its clock was held back for power (at the board's\n"
+	"limit a kernel that finishes sooner may only slow the others). max_batch and\n"
+	"max_sessions are raised to the largest batch if needed. A row whose KV cannot\n"
+	"fit the pool (and the host tier) or the context is skipped, saying so, instead\n"
+	"of run. The defaults suit the backend: a GPU's are given below, the cpu's in\n"
+	"brackets.\n"
 	"On a terminal, stderr shows the progress of the row that runs.\n"
 	"\n"
 	CLI_CONFIG_HELP
@@ -146,6 +150,7 @@ struct bench {
 	struct atlas_engine *e;
 	struct cli_waiter waiter;
 	struct bench_bound bound;
+	struct bench_power power; /* the GPU's energy counters, where NVML has them */
 	int vocab, context;
 	uint64_t kv_blocks, block_size;  /* the KV pool, to skip runs that cannot fit */
 	uint64_t host_blocks;            /* the host tier, which long contexts stream from */
@@ -473,9 +478,14 @@ static int prefill(struct bench *b, int n_prompt, struct bench_result *r)
 		return 0;
 	}
 	for (int i = first; !status && i < runs; i++) {
+		struct bench_power_mark m0, m1;
+		const bool power = i >= 0 && !bench_power_read(&b->power, &m0);
+
 		snprintf(b->row, sizeof b->row, "prefill of %d tokens, run %d of %d", n_prompt,
 			 i + 1, runs);
 		status = prefill_once(b, n_prompt, &r->tokens, &times[i < 0 ? 0 : i]);
+		if (!status && power && !bench_power_read(&b->power, &m1))
+			bench_power_add(r, &m0, &m1);
 	}
 	if (!status) {
 		qsort(times, (size_t)runs, sizeof *times, cmp_double);
@@ -507,10 +517,14 @@ static int decode(struct bench *b, int batch, int context, struct bench_result *
 	struct atlas_engine_stats *st0 = malloc(sizeof *st0), *st1 = malloc(sizeof *st1);
 	if (!status && (!st0 || !st1 || atlas_engine_stats(b->e, st0)))
 		status = cli_fail(b->cmd, "cannot read the engine's stats");
+	struct bench_power_mark m0, m1;
+	const bool power = !status && !bench_power_read(&b->power, &m0);
 	if (!status)
 		status = submit(b, s, batch, 1, b->gen_tokens);
 	if (!status)
 		status = wait_turns(b, s, batch, &pr);
+	if (!status && power && !bench_power_read(&b->power, &m1))
+		bench_power_add(r, &m0, &m1);
 	if (!status && atlas_engine_stats(b->e, st1))
 		status = cli_fail(b->cmd, "cannot read the engine's stats");
 	if (!status) {
@@ -699,10 +713,11 @@ static int open_and_run(struct bench *b)
 		snprintf(cfg->model, sizeof cfg->model, "%s-%s", b->arch ? b->arch : "qwen3",
 			 b->shape ? b->shape : "0.6b");
 	}
-	bool cuda = false;
+	struct kt_device_info info = { 0 };
 	if (!status && !b->n_verify &&
-	    bench_copy_bandwidth(cfg, &b->bound.bandwidth, &cuda, err, sizeof err))
+	    bench_copy_bandwidth(cfg, &b->bound.bandwidth, &info, err, sizeof err))
 		status = cli_fail(b->cmd, "%s", err);
+	const bool cuda = !strcmp(info.backend, "cuda");
 	set_defaults(b, cuda);
 	int widest = 1;
 	for (int i = 0; i < b->n_batches; i++)
@@ -742,7 +757,10 @@ static int open_and_run(struct bench *b)
 		status = cli_fail(b->cmd, "%s: %s", b->csv_path, strerror(errno));
 	cli_waiter_attach(&b->waiter, b->e);
 	if (!status)
+		bench_power_open(&b->power, info.pci_bus_id);
+	if (!status)
 		status = run(b);
+	bench_power_close(&b->power);
 	if (b->csv_path && b->csv_file && fclose(b->csv_file) && !status)
 		status = cli_fail(b->cmd, "%s: %s", b->csv_path, strerror(errno));
 	atlas_engine_close(b->e);

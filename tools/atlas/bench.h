@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
+#include "kernels/backend.h"
 #include "tools/atlas/cli.h"
 
 /* One line of the report. */
@@ -27,6 +28,24 @@ struct bench_result {
 	int ep_ranks;
 	uint64_t steps, collectives, collective_bytes;
 	double collective_seconds;
+	/* The GPU's counters over the timed part (bench_power.c): seconds
+	 * covered (0: not measured), joules, seconds power-capped. */
+	double power_s, joules, capped_s;
+};
+
+/* NVML, as bench_power_open found it: the library, the device, and the
+ * functions read (void *: bench_power.c casts them to NVML's types).
+ * ready: the counters answer. */
+struct bench_power {
+	void *lib, *device;
+	void *shutdown, *energy, *violation;
+	bool ready;
+};
+
+/* The counters at one moment: atlas_now_s(), joules since the driver
+ * loaded, seconds the clock was held back for power. */
+struct bench_power_mark {
+	double t, joules, capped_s;
 };
 
 /* What a decode step reads, for the bound: weights once per step and each
@@ -41,10 +60,21 @@ struct bench_bound {
 };
 
 /* Device copy bandwidth of the backend c names, in bytes/s counting bytes
- * read and written (2 x size per copy), as STREAM's copy does; *cuda says
- * whether that backend is cuda. */
-int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, bool *cuda,
-			 char *err, size_t errlen);
+ * read and written (2 x size per copy), as STREAM's copy does; *info: that
+ * backend's (whether it is cuda, the GPU's PCI address). */
+int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s,
+			 struct kt_device_info *info, char *err, size_t errlen);
+
+/* NVML for the GPU at pci_bus_id: 0, or -1 where there is none to read
+ * (no address, no driver library, no counters); p is then not ready and
+ * the rows report no power. */
+int bench_power_open(struct bench_power *p, const char *pci_bus_id);
+/* The counters now into *m: 0, or -1 (not ready, or NVML failed). */
+int bench_power_read(const struct bench_power *p, struct bench_power_mark *m);
+/* Add the stretch from mark a to mark b to r's power figures. */
+void bench_power_add(struct bench_result *r, const struct bench_power_mark *a,
+		     const struct bench_power_mark *b);
+void bench_power_close(struct bench_power *p);
 
 /* Host-to-device bandwidth of copies from host_alloc memory (pinned on
  * cuda), the link the swap tier's host tier streams over. */

@@ -106,8 +106,8 @@ int bench_host_bandwidth(const struct atlas_config *c, double *bytes_per_s, char
 	return 0;
 }
 
-int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, bool *cuda,
-			 char *err, size_t errlen)
+int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s,
+			 struct kt_device_info *info, char *err, size_t errlen)
 {
 	struct kt_config kc = { .backend = c->backend, .threads = c->threads, .device = c->device,
 				.max_tokens = 1, .max_seqs = 1, .max_context = 1, .max_heads = 1,
@@ -116,8 +116,9 @@ int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s, bool
 	int rc = kt_backend_open(&kc, &be, err, errlen);
 	if (rc)
 		return rc;
-	*cuda = !strcmp(be->info.backend, "cuda");
-	rc = timed_copies(be, *cuda ? COPY_BYTES_CUDA : COPY_BYTES_CPU, bytes_per_s);
+	*info = be->info;
+	rc = timed_copies(be, strcmp(info->backend, "cuda") ? COPY_BYTES_CPU : COPY_BYTES_CUDA,
+			  bytes_per_s);
 	kt_backend_close(be);
 	if (rc)
 		return atlas_errf(err, errlen, rc, "copy bandwidth: %s", strerror(-rc));
@@ -130,7 +131,8 @@ void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound,
 	struct atlas_engine_stats *st = malloc(sizeof *st);
 	if (csv)
 		fprintf(csv, "test,batch,context,tokens,seconds,tokens_per_s,bytes_per_token,"
-			"bound_tokens_per_s,percent_of_bound\n");
+			"bound_tokens_per_s,percent_of_bound,watts,joules_per_token,"
+			"percent_power_capped\n");
 	if (table && st && !atlas_engine_stats(e, st)) {
 		fprintf(table, "model      %s (%s, %d layers, %.2fB parameters %s)\n", st->model,
 			st->architecture, st->layers, (double)st->parameters / 1e9, st->dtype);
@@ -163,13 +165,17 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 {
 	if (r->skipped) {
 		if (csv)
-			fprintf(csv, "%s,%d,%d,,,,,,\n", r->test, r->batch, r->context);
+			fprintf(csv, "%s,%d,%d,,,,,,,,,\n", r->test, r->batch, r->context);
 		if (table)
 			fprintf(table, "%-8s %6d %8d   skipped: %s\n", r->test, r->batch, r->context,
 				r->why);
 		return;
 	}
 	double rate = r->seconds > 0 ? (double)r->tokens / r->seconds : 0;
+	/* The GPU's counters covered the timed part (a second or so of
+	 * prefills, a decode row's generation): their watts, joules a token
+	 * and power-capped share. */
+	const bool power = r->power_s > 0 && r->tokens;
 	double per_token = 0, limit = 0;
 	if (!strcmp(r->test, "decode") && bound->bandwidth > 0) {
 		double mid = r->context + gen_tokens / 2.0;
@@ -181,7 +187,12 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 		fprintf(csv, "%s,%d,%d,%llu,%.6f,%.3f,", r->test, r->batch, r->context,
 			(unsigned long long)r->tokens, r->seconds, rate);
 		if (limit > 0)
-			fprintf(csv, "%.0f,%.3f,%.2f\n", per_token, limit, 100.0 * rate / limit);
+			fprintf(csv, "%.0f,%.3f,%.2f,", per_token, limit, 100.0 * rate / limit);
+		else
+			fprintf(csv, ",,,");
+		if (power)
+			fprintf(csv, "%.1f,%.6f,%.1f\n", r->joules / r->power_s,
+				r->joules / (double)r->tokens, 100.0 * r->capped_s / r->power_s);
 		else
 			fprintf(csv, ",,\n");
 		fflush(csv);
@@ -204,6 +215,10 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 					bound->host_bandwidth);
 			fprintf(table, "\n");
 		}
+		if (power)
+			fprintf(table, "%-8s power: %.0f W, %.4f J a token, the clock held back "
+				"for power %.0f%% of the time\n", "", r->joules / r->power_s,
+				r->joules / (double)r->tokens, 100.0 * r->capped_s / r->power_s);
 		if (r->ep_ranks > 1 && r->steps && r->seconds > 0)
 			fprintf(table, "%-8s ep %d: %.1f collectives per step, %.2f MB, %.3f ms of a "
 				"%.3f ms step in them (%.1f%%)\n", "", r->ep_ranks,
