@@ -485,7 +485,7 @@ static int prefill(struct bench *b, int n_prompt, struct bench_result *r)
 			 i + 1, runs);
 		status = prefill_once(b, n_prompt, &r->tokens, &times[i < 0 ? 0 : i]);
 		if (!status && power && !bench_power_read(&b->power, &m1))
-			bench_power_add(r, &m0, &m1);
+			bench_power_add(r, &m0, &m1, r->tokens);
 	}
 	if (!status) {
 		qsort(times, (size_t)runs, sizeof *times, cmp_double);
@@ -524,7 +524,7 @@ static int decode(struct bench *b, int batch, int context, struct bench_result *
 	if (!status)
 		status = wait_turns(b, s, batch, &pr);
 	if (!status && power && !bench_power_read(&b->power, &m1))
-		bench_power_add(r, &m0, &m1);
+		bench_power_add(r, &m0, &m1, pr.gen_end);
 	if (!status && atlas_engine_stats(b->e, st1))
 		status = cli_fail(b->cmd, "cannot read the engine's stats");
 	if (!status) {

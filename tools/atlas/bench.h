@@ -29,8 +29,11 @@ struct bench_result {
 	uint64_t steps, collectives, collective_bytes;
 	double collective_seconds;
 	/* The GPU's counters over the timed part (bench_power.c): seconds
-	 * covered (0: not measured), joules, seconds power-capped. */
+	 * covered (0: not measured), joules, seconds power-capped, and the
+	 * tokens made in those seconds (every timed prefill's prompt; every
+	 * token of a decode row's turn, the first ones too). */
 	double power_s, joules, capped_s;
+	uint64_t power_tokens;
 };
 
 /* NVML, as bench_power_open found it: the library, the device, and the
@@ -71,9 +74,10 @@ int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s,
 int bench_power_open(struct bench_power *p, const char *pci_bus_id);
 /* The counters now into *m: 0, or -1 (not ready, or NVML failed). */
 int bench_power_read(const struct bench_power *p, struct bench_power_mark *m);
-/* Add the stretch from mark a to mark b to r's power figures. */
+/* Add the stretch from mark a to mark b, in which tokens were made, to r's
+ * power figures. */
 void bench_power_add(struct bench_result *r, const struct bench_power_mark *a,
-		     const struct bench_power_mark *b);
+		     const struct bench_power_mark *b, uint64_t tokens);
 void bench_power_close(struct bench_power *p);
 
 /* Host-to-device bandwidth of copies from host_alloc memory (pinned on

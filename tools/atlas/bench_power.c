@@ -81,8 +81,9 @@ int bench_power_read(const struct bench_power *p, struct bench_power_mark *m)
 }
 
 void bench_power_add(struct bench_result *r, const struct bench_power_mark *a,
-		     const struct bench_power_mark *b)
+		     const struct bench_power_mark *b, uint64_t tokens)
 {
+	r->power_tokens += tokens;
 	r->power_s += b->t - a->t;
 	r->joules += b->joules - a->joules;
 	r->capped_s += b->capped_s - a->capped_s;

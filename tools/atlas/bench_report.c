@@ -175,7 +175,7 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 	/* The GPU's counters covered the timed part (a second or so of
 	 * prefills, a decode row's generation): their watts, joules a token
 	 * and power-capped share. */
-	const bool power = r->power_s > 0 && r->tokens;
+	const bool power = r->power_s > 0 && r->power_tokens;
 	double per_token = 0, limit = 0;
 	if (!strcmp(r->test, "decode") && bound->bandwidth > 0) {
 		double mid = r->context + gen_tokens / 2.0;
@@ -192,7 +192,8 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 			fprintf(csv, ",,,");
 		if (power)
 			fprintf(csv, "%.1f,%.6f,%.1f\n", r->joules / r->power_s,
-				r->joules / (double)r->tokens, 100.0 * r->capped_s / r->power_s);
+				r->joules / (double)r->power_tokens,
+				100.0 * r->capped_s / r->power_s);
 		else
 			fprintf(csv, ",,\n");
 		fflush(csv);
@@ -218,7 +219,8 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 		if (power)
 			fprintf(table, "%-8s power: %.0f W, %.4f J a token, the clock held back "
 				"for power %.0f%% of the time\n", "", r->joules / r->power_s,
-				r->joules / (double)r->tokens, 100.0 * r->capped_s / r->power_s);
+				r->joules / (double)r->power_tokens,
+				100.0 * r->capped_s / r->power_s);
 		if (r->ep_ranks > 1 && r->steps && r->seconds > 0)
 			fprintf(table, "%-8s ep %d: %.1f collectives per step, %.2f MB, %.3f ms of a "
 				"%.3f ms step in them (%.1f%%)\n", "", r->ep_ranks,
