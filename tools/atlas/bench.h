@@ -68,11 +68,12 @@ struct bench_bound {
 int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s,
 			 struct kt_device_info *info, char *err, size_t errlen);
 
-/* NVML for the GPU at pci_bus_id: 0, or -1 where there is none to read
- * (no address, no driver library, no counters); p is then not ready and
- * the rows report no power. */
+/* NVML for the GPU at pci_bus_id: 0, or where there is none to read
+ * -ENODEV (no address: not a GPU), -ENOENT (no driver library) or
+ * -ENOTSUP (no such device or counters); p is then not ready and the rows
+ * report no power. */
 int bench_power_open(struct bench_power *p, const char *pci_bus_id);
-/* The counters now into *m: 0, or -1 (not ready, or NVML failed). */
+/* The counters now into *m: 0, -ENODEV (not ready) or -EIO (NVML failed). */
 int bench_power_read(const struct bench_power *p, struct bench_power_mark *m);
 /* Add the stretch from mark a to mark b, in which tokens were made, to r's
  * power figures. */

@@ -2,7 +2,7 @@
  * power, over a timed stretch, through NVML. The library is the driver's
  * own (libnvidia-ml.so.1), loaded at run time: a cpu build, a machine
  * without the driver, or a driver without the counters (before Volta) just
- * report none, and the rows say "-".
+ * report none (no power line under a row, empty CSV columns).
  *
  * Why: a prefill of Qwen3-8B on an H200 runs at the board's power limit
  * (docs/perf.md, 2026-12-02), where a kernel that finishes sooner may only
@@ -13,7 +13,7 @@
  * clock was below the one asked for because of the power policy (ns). The
  * device is found by its PCI address, which the cuda backend reports. */
 #include <dlfcn.h>
-#include <stdio.h>
+#include <errno.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -41,10 +41,10 @@ int bench_power_open(struct bench_power *p, const char *pci_bus_id)
 
 	memset(p, 0, sizeof *p);
 	if (!pci_bus_id || !*pci_bus_id)
-		return -1;
+		return -ENODEV;
 	p->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!p->lib)
-		return -1;
+		return -ENOENT;
 	init = (nvml_init_fn)dlsym(p->lib, "nvmlInit_v2");
 	by_bus = (nvml_by_bus_fn)dlsym(p->lib, "nvmlDeviceGetHandleByPciBusId_v2");
 	p->shutdown = dlsym(p->lib, "nvmlShutdown");
@@ -53,7 +53,7 @@ int bench_power_open(struct bench_power *p, const char *pci_bus_id)
 	if (!init || !by_bus || !p->shutdown || !p->energy || !p->violation || init()) {
 		dlclose(p->lib);
 		p->lib = NULL;
-		return -1;
+		return -ENOTSUP;
 	}
 	p->ready = !by_bus(pci_bus_id, &p->device);
 	/* a first reading, so that a GPU without the counters is known now */
@@ -61,7 +61,7 @@ int bench_power_open(struct bench_power *p, const char *pci_bus_id)
 		p->ready = false;
 	if (!p->ready) {
 		bench_power_close(p);
-		return -1;
+		return -ENOTSUP;
 	}
 	return 0;
 }
@@ -71,9 +71,11 @@ int bench_power_read(const struct bench_power *p, struct bench_power_mark *m)
 	unsigned long long mj;
 	struct nvml_violation v;
 
-	if (!p->ready || ((nvml_energy_fn)p->energy)(p->device, &mj) ||
+	if (!p->ready)
+		return -ENODEV;
+	if (((nvml_energy_fn)p->energy)(p->device, &mj) ||
 	    ((nvml_violation_fn)p->violation)(p->device, NVML_PERF_POLICY_POWER, &v))
-		return -1;
+		return -EIO;
 	m->t = atlas_now_s();
 	m->joules = (double)mj / 1e3;
 	m->capped_s = (double)v.violation_time / 1e9;
