@@ -129,10 +129,10 @@ case_bench() {
 	grep -qE '^decode +200 +200 +skipped: its KV does not fit' "$tmp/out" ||
 		fail "bench: a batch over the KV pool is not skipped"
 	[ "$(wc -l <"$tmp/bench.csv")" = 7 ] || fail "bench: CSV has not 7 lines: $(cat "$tmp/bench.csv")"
-	# (the power columns are empty: the cpu backend has no energy counters)
-	grep -qE '^decode,1,200,[1-5],[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+,,,$' "$tmp/bench.csv" ||
+	# (the power columns are empty: the cpu backend has no power readings)
+	grep -qE '^decode,1,200,[1-5],[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.]+,,,,$' "$tmp/bench.csv" ||
 		fail "bench: no long-context decode CSV row: $(cat "$tmp/bench.csv")"
-	head -1 "$tmp/bench.csv" | grep -q ',percent_of_bound,watts,joules_per_token,percent_power_capped$' ||
+	head -1 "$tmp/bench.csv" | grep -q ',percent_of_bound,watts,joules_per_token,percent_power_capped,sm_clock_mhz$' ||
 		fail "bench: CSV header: $(head -1 "$tmp/bench.csv")"
 	# The swap tier: a session pushed out to the host tier and resumed.
 	expect 0 bench --dummy-weights --arch atlas --shape tiny $quiet -o kv_memory=8M \

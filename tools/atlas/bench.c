@@ -31,10 +31,11 @@ static const char usage[] =
 	"one has its first token to the end of the last). Decode runs at a short\n"
 	"context (32) and at --context.\n"
 	"Decode rows also give the bytes read per token and the share of the bound that\n"
-	"the device's measured copy bandwidth sets. On a GPU whose driver has the\n"
-	"counters (NVML), prefill and decode rows also give its power, joules a token\n"
-	"and the share of the time its clock was held back for power (at the board's\n"
-	"limit a kernel that finishes sooner may only slow the others). max_batch and\n"
+	"the device's measured copy bandwidth sets. On a GPU whose driver reports its\n"
+	"power (NVML, sampled every 5 ms), prefill and decode rows of 50 ms or more\n"
+	"also give its mean power, joules a token, mean SM clock and the share of\n"
+	"samples with the clock held back for power (at the board's limit a kernel\n"
+	"that finishes sooner may only slow the others). max_batch and\n"
 	"max_sessions are raised to the largest batch if needed. A row whose KV cannot\n"
 	"fit the pool (and the host tier) or the context is skipped, saying so, instead\n"
 	"of run. The defaults suit the backend: a GPU's are given below, the cpu's in\n"
@@ -150,7 +151,7 @@ struct bench {
 	struct atlas_engine *e;
 	struct cli_waiter waiter;
 	struct bench_bound bound;
-	struct bench_power power; /* the GPU's energy counters, where NVML has them */
+	struct bench_power power; /* the GPU's power samples, where NVML has them */
 	int vocab, context;
 	uint64_t kv_blocks, block_size;  /* the KV pool, to skip runs that cannot fit */
 	uint64_t host_blocks;            /* the host tier, which long contexts stream from */

@@ -4,6 +4,7 @@
 #ifndef ATLAS_TOOLS_BENCH_H
 #define ATLAS_TOOLS_BENCH_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,27 +29,31 @@ struct bench_result {
 	int ep_ranks;
 	uint64_t steps, collectives, collective_bytes;
 	double collective_seconds;
-	/* The GPU's counters over the timed part (bench_power.c): seconds
-	 * covered (0: not measured), joules, seconds power-capped, and the
-	 * tokens made in those seconds (every timed prefill's prompt; every
-	 * token of a decode row's turn, the first ones too). */
-	double power_s, joules, capped_s;
-	uint64_t power_tokens;
+	/* The GPU's samples over the timed part (bench_power.c): seconds
+	 * covered (0: not measured), samples, the sums of their watts and SM
+	 * MHz, how many had the clock held back for power, and the tokens
+	 * made in those seconds (every timed prefill's prompt; every token of
+	 * a decode row's turn, the first ones too). */
+	double power_s, watts_sum, mhz_sum;
+	uint64_t power_samples, capped_samples, power_tokens;
 };
 
-/* NVML, as bench_power_open found it: the library, the device, and the
- * functions read (void *: bench_power.c casts them to NVML's types).
- * ready: the counters answer. */
+/* NVML, as bench_power_open found it: the library, the device, the
+ * functions read (void *: bench_power.c casts them to NVML's types), and
+ * the sampling thread with its running sums (under lock). ready: the
+ * thread runs; instant: the board gives its power of the moment. */
 struct bench_power {
 	void *lib, *device;
-	void *shutdown, *energy, *violation;
-	bool ready;
-};
-
-/* The counters at one moment: atlas_now_s(), joules since the driver
- * loaded, seconds the clock was held back for power. */
-struct bench_power_mark {
-	double t, joules, capped_s;
+	void *shutdown, *fields, *power, *clock, *reasons;
+	bool ready, instant, stop;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	struct bench_power_mark {
+		double t;               /* atlas_now_s() of the reading */
+		uint64_t samples;       /* taken since open */
+		double watts, mhz;      /* their sums */
+		uint64_t capped;        /* of them, with the clock held back for power */
+	} sums;
 };
 
 /* What a decode step reads, for the bound: weights once per step and each
@@ -68,17 +73,19 @@ struct bench_bound {
 int bench_copy_bandwidth(const struct atlas_config *c, double *bytes_per_s,
 			 struct kt_device_info *info, char *err, size_t errlen);
 
-/* NVML for the GPU at pci_bus_id: 0, or where there is none to read
- * -ENODEV (no address: not a GPU), -ENOENT (no driver library) or
- * -ENOTSUP (no such device or counters); p is then not ready and the rows
- * report no power. */
+/* NVML for the GPU at pci_bus_id, sampled from now on: 0, or where there
+ * is none to read -ENODEV (no address: not a GPU), -ENOENT (no driver
+ * library), -ENOTSUP (no such device or readings), -ENOMEM or -EAGAIN (no
+ * thread); p is then not ready and the rows report no power. */
 int bench_power_open(struct bench_power *p, const char *pci_bus_id);
-/* The counters now into *m: 0, -ENODEV (not ready) or -EIO (NVML failed). */
-int bench_power_read(const struct bench_power *p, struct bench_power_mark *m);
+/* The running sums now into *m: 0, or -ENODEV (not ready). */
+int bench_power_read(struct bench_power *p, struct bench_power_mark *m);
 /* Add the stretch from mark a to mark b, in which tokens were made, to r's
  * power figures. */
 void bench_power_add(struct bench_result *r, const struct bench_power_mark *a,
 		     const struct bench_power_mark *b, uint64_t tokens);
+/* Whether r's stretches hold samples enough to report. */
+bool bench_power_reported(const struct bench_result *r);
 void bench_power_close(struct bench_power *p);
 
 /* Host-to-device bandwidth of copies from host_alloc memory (pinned on

@@ -1,43 +1,139 @@
-/* atlas bench: the GPU's energy and the time its clock was held back for
- * power, over a timed stretch, through NVML. The library is the driver's
- * own (libnvidia-ml.so.1), loaded at run time: a cpu build, a machine
- * without the driver, or a driver without the counters (before Volta) just
- * report none (no power line under a row, empty CSV columns).
+/* atlas bench: the GPU's power, SM clock and power cap over a timed
+ * stretch, through NVML. The library is the driver's own
+ * (libnvidia-ml.so.1), loaded at run time: a cpu build, a machine without
+ * the driver, or a GPU that does not report its power just report none (no
+ * power line under a row, empty CSV columns).
  *
- * Why: a prefill of Qwen3-8B on an H200 runs at the board's power limit
- * (docs/perf.md, 2026-12-02), where a kernel that finishes sooner may only
- * lower the clock under the others; a row's energy and its power-capped
- * share say whether a change saved work or moved it.
+ * Why: a prefill of Qwen3-8B on an H100 or an H200 runs at the board's
+ * power limit (docs/perf.md, 2026-12-02), where a kernel that finishes
+ * sooner may only lower the clock under the others; a row's energy, clock
+ * and power-capped share say whether a change saved work or moved it.
  *
- * The counters: the energy since the driver loaded (mJ), and the time the
- * clock was below the one asked for because of the power policy (ns). The
- * device is found by its PCI address, which the cuda backend reports. */
+ * How: a thread samples the board's power of the moment, the SM clock and
+ * the clock's event reasons every BENCH_POWER_PERIOD_NS and keeps running
+ * sums; a row's figures are the sums' differences over its timed part.
+ * NVML's energy counter is not used: it moves in steps of about 100 ms,
+ * so a prefill of 50 ms read 0 W or 1,171 W on an H100 (2026-12-02). The
+ * power of the moment changes at about 50 Hz, so a row needs
+ * BENCH_POWER_MIN_SAMPLES samples (50 ms) before it reports any; shorter
+ * rows say nothing rather than something wrong. The device is found by
+ * its PCI address, which the cuda backend reports. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "tools/atlas/bench.h"
 
-/* NVML's declarations, those used here (nvml.h: nvmlReturn_t is an enum,
- * 0 on success; nvmlDevice_t a pointer; NVML_PERF_POLICY_POWER 0). */
-struct nvml_violation {
-	unsigned long long reference_time; /* us */
-	unsigned long long violation_time; /* ns */
+/* 5 ms: ten samples of the 50 Hz power reading in 50 ms; each sample
+ * costs a few microseconds of one host core. */
+#define BENCH_POWER_PERIOD_NS 5000000L
+/* 10 samples: 50 ms, two or three changes of the power reading. */
+#define BENCH_POWER_MIN_SAMPLES 10
+
+/* NVML's declarations, those used here (nvml.h): nvmlReturn_t is an enum,
+ * 0 on success; nvmlDevice_t a pointer; a field value as
+ * nvmlDeviceGetFieldValues fills it. */
+union nvml_value {
+	double d;
+	unsigned int ui;
+	unsigned long ul;
+	unsigned long long ull;
+	long long sll;
+	int si;
+	unsigned short us;
+};
+
+struct nvml_field_value {
+	unsigned int field_id;
+	unsigned int scope_id;
+	long long timestamp;    /* us since 1970 */
+	long long latency_us;
+	int value_type;
+	int nvml_return;
+	union nvml_value value;
 };
 
 typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_by_bus_fn)(const char *bus_id, void **device);
-typedef int (*nvml_energy_fn)(void *device, unsigned long long *mj);
-typedef int (*nvml_violation_fn)(void *device, int policy, struct nvml_violation *v);
+typedef int (*nvml_fields_fn)(void *device, int count, struct nvml_field_value *values);
+typedef int (*nvml_power_fn)(void *device, unsigned int *mw);
+typedef int (*nvml_clock_fn)(void *device, int type, unsigned int *mhz);
+typedef int (*nvml_reasons_fn)(void *device, unsigned long long *reasons);
 
-#define NVML_PERF_POLICY_POWER 0
+#define NVML_FI_DEV_POWER_INSTANT 186
+#define NVML_CLOCK_SM 1
+/* The clock event reasons that are the board's power: the software power
+ * cap and the hardware power brake. */
+#define NVML_REASON_SW_POWER_CAP 0x4ull
+#define NVML_REASON_HW_POWER_BRAKE 0x80ull
+
+/* One sample into m: the power of the moment (the field; the driver's
+ * average where the field is missing), the SM clock, the reasons. */
+static int sample(const struct bench_power *p, struct bench_power_mark *m)
+{
+	struct nvml_field_value f = { .field_id = NVML_FI_DEV_POWER_INSTANT };
+	unsigned int mw, mhz;
+	unsigned long long reasons;
+
+	if (p->instant && !((nvml_fields_fn)p->fields)(p->device, 1, &f) && !f.nvml_return)
+		mw = f.value.ui;
+	else if (((nvml_power_fn)p->power)(p->device, &mw))
+		return -EIO;
+	if (((nvml_clock_fn)p->clock)(p->device, NVML_CLOCK_SM, &mhz) ||
+	    ((nvml_reasons_fn)p->reasons)(p->device, &reasons))
+		return -EIO;
+	m->samples++;
+	m->watts += mw / 1e3;
+	m->mhz += mhz;
+	m->capped += (reasons & (NVML_REASON_SW_POWER_CAP | NVML_REASON_HW_POWER_BRAKE)) != 0;
+	return 0;
+}
+
+static void *sampler(void *arg)
+{
+	struct bench_power *p = arg;
+	struct timespec next;
+
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		struct bench_power_mark m = p->sums;
+
+		pthread_mutex_unlock(&p->lock);
+		const int rc = sample(p, &m);
+		next.tv_nsec += BENCH_POWER_PERIOD_NS;
+		if (next.tv_nsec >= 1000000000L) {
+			next.tv_sec++;
+			next.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&p->lock);
+		if (!rc)
+			p->sums = m;
+		pthread_mutex_unlock(&p->lock);
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static void unload(struct bench_power *p)
+{
+	if (p->lib) {
+		if (p->shutdown)
+			((int (*)(void))p->shutdown)();
+		dlclose(p->lib);
+	}
+	memset(p, 0, sizeof *p);
+}
 
 int bench_power_open(struct bench_power *p, const char *pci_bus_id)
 {
 	nvml_init_fn init;
 	nvml_by_bus_fn by_bus;
-	struct bench_power_mark m;
+	struct bench_power_mark m = { 0 };
 
 	memset(p, 0, sizeof *p);
 	if (!pci_bus_id || !*pci_bus_id)
@@ -48,37 +144,50 @@ int bench_power_open(struct bench_power *p, const char *pci_bus_id)
 	init = (nvml_init_fn)dlsym(p->lib, "nvmlInit_v2");
 	by_bus = (nvml_by_bus_fn)dlsym(p->lib, "nvmlDeviceGetHandleByPciBusId_v2");
 	p->shutdown = dlsym(p->lib, "nvmlShutdown");
-	p->energy = dlsym(p->lib, "nvmlDeviceGetTotalEnergyConsumption");
-	p->violation = dlsym(p->lib, "nvmlDeviceGetViolationStatus");
-	if (!init || !by_bus || !p->shutdown || !p->energy || !p->violation || init()) {
-		dlclose(p->lib);
-		p->lib = NULL;
+	p->fields = dlsym(p->lib, "nvmlDeviceGetFieldValues");
+	p->power = dlsym(p->lib, "nvmlDeviceGetPowerUsage");
+	p->clock = dlsym(p->lib, "nvmlDeviceGetClockInfo");
+	/* the reasons' function has two names across drivers */
+	p->reasons = dlsym(p->lib, "nvmlDeviceGetCurrentClocksEventReasons");
+	if (!p->reasons)
+		p->reasons = dlsym(p->lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+	if (!init || !by_bus || !p->shutdown || !p->power || !p->clock || !p->reasons || init()) {
+		p->shutdown = NULL;
+		unload(p);
 		return -ENOTSUP;
 	}
-	p->ready = !by_bus(pci_bus_id, &p->device);
-	/* a first reading, so that a GPU without the counters is known now */
-	if (p->ready && bench_power_read(p, &m))
-		p->ready = false;
-	if (!p->ready) {
-		bench_power_close(p);
+	p->instant = p->fields != NULL;
+	/* a first sample, so that a GPU without the readings is known now, and
+	 * whether it has the power of the moment */
+	if (by_bus(pci_bus_id, &p->device) || sample(p, &m)) {
+		unload(p);
 		return -ENOTSUP;
 	}
+	if (p->instant) {
+		struct nvml_field_value f = { .field_id = NVML_FI_DEV_POWER_INSTANT };
+		p->instant = !((nvml_fields_fn)p->fields)(p->device, 1, &f) && !f.nvml_return;
+	}
+	if (pthread_mutex_init(&p->lock, NULL)) {
+		unload(p);
+		return -ENOMEM;
+	}
+	if (pthread_create(&p->thread, NULL, sampler, p)) {
+		pthread_mutex_destroy(&p->lock);
+		unload(p);
+		return -EAGAIN;
+	}
+	p->ready = true;
 	return 0;
 }
 
-int bench_power_read(const struct bench_power *p, struct bench_power_mark *m)
+int bench_power_read(struct bench_power *p, struct bench_power_mark *m)
 {
-	unsigned long long mj;
-	struct nvml_violation v;
-
 	if (!p->ready)
 		return -ENODEV;
-	if (((nvml_energy_fn)p->energy)(p->device, &mj) ||
-	    ((nvml_violation_fn)p->violation)(p->device, NVML_PERF_POLICY_POWER, &v))
-		return -EIO;
+	pthread_mutex_lock(&p->lock);
+	*m = p->sums;
+	pthread_mutex_unlock(&p->lock);
 	m->t = atlas_now_s();
-	m->joules = (double)mj / 1e3;
-	m->capped_s = (double)v.violation_time / 1e9;
 	return 0;
 }
 
@@ -87,15 +196,25 @@ void bench_power_add(struct bench_result *r, const struct bench_power_mark *a,
 {
 	r->power_tokens += tokens;
 	r->power_s += b->t - a->t;
-	r->joules += b->joules - a->joules;
-	r->capped_s += b->capped_s - a->capped_s;
+	r->power_samples += b->samples - a->samples;
+	r->watts_sum += b->watts - a->watts;
+	r->mhz_sum += b->mhz - a->mhz;
+	r->capped_samples += b->capped - a->capped;
+}
+
+bool bench_power_reported(const struct bench_result *r)
+{
+	return r->power_samples >= BENCH_POWER_MIN_SAMPLES && r->power_tokens && r->power_s > 0;
 }
 
 void bench_power_close(struct bench_power *p)
 {
-	if (p->lib) {
-		((int (*)(void))p->shutdown)();
-		dlclose(p->lib);
+	if (p->ready) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = true;
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->thread, NULL);
+		pthread_mutex_destroy(&p->lock);
 	}
-	memset(p, 0, sizeof *p);
+	unload(p);
 }

@@ -132,7 +132,7 @@ void bench_print_header(struct atlas_engine *e, const struct bench_bound *bound,
 	if (csv)
 		fprintf(csv, "test,batch,context,tokens,seconds,tokens_per_s,bytes_per_token,"
 			"bound_tokens_per_s,percent_of_bound,watts,joules_per_token,"
-			"percent_power_capped\n");
+			"percent_power_capped,sm_clock_mhz\n");
 	if (table && st && !atlas_engine_stats(e, st)) {
 		fprintf(table, "model      %s (%s, %d layers, %.2fB parameters %s)\n", st->model,
 			st->architecture, st->layers, (double)st->parameters / 1e9, st->dtype);
@@ -165,17 +165,22 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 {
 	if (r->skipped) {
 		if (csv)
-			fprintf(csv, "%s,%d,%d,,,,,,,,,\n", r->test, r->batch, r->context);
+			fprintf(csv, "%s,%d,%d,,,,,,,,,,\n", r->test, r->batch, r->context);
 		if (table)
 			fprintf(table, "%-8s %6d %8d   skipped: %s\n", r->test, r->batch, r->context,
 				r->why);
 		return;
 	}
 	double rate = r->seconds > 0 ? (double)r->tokens / r->seconds : 0;
-	/* The GPU's counters covered the timed part (a second or so of
-	 * prefills, a decode row's generation): their watts, joules a token
-	 * and power-capped share. */
-	const bool power = r->power_s > 0 && r->power_tokens;
+	/* The GPU's samples over the timed part (the prefills, a decode
+	 * row's generation): the mean power, the energy a token at that
+	 * power, the mean SM clock and the share of samples power-capped. */
+	const bool power = bench_power_reported(r);
+	const double watts = power ? r->watts_sum / (double)r->power_samples : 0;
+	const double mhz = power ? r->mhz_sum / (double)r->power_samples : 0;
+	const double joules = watts * r->power_s;
+	const double capped = power ? 100.0 * (double)r->capped_samples /
+					      (double)r->power_samples : 0;
 	double per_token = 0, limit = 0;
 	if (!strcmp(r->test, "decode") && bound->bandwidth > 0) {
 		double mid = r->context + gen_tokens / 2.0;
@@ -191,11 +196,10 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 		else
 			fprintf(csv, ",,,");
 		if (power)
-			fprintf(csv, "%.1f,%.6f,%.1f\n", r->joules / r->power_s,
-				r->joules / (double)r->power_tokens,
-				100.0 * r->capped_s / r->power_s);
+			fprintf(csv, "%.1f,%.6f,%.1f,%.0f\n", watts,
+				joules / (double)r->power_tokens, capped, mhz);
 		else
-			fprintf(csv, ",,\n");
+			fprintf(csv, ",,,\n");
 		fflush(csv);
 	}
 	if (table) {
@@ -217,10 +221,10 @@ void bench_print_result(const struct bench_result *r, const struct bench_bound *
 			fprintf(table, "\n");
 		}
 		if (power)
-			fprintf(table, "%-8s power: %.0f W, %.4f J a token, the clock held back "
-				"for power %.0f%% of the time\n", "", r->joules / r->power_s,
-				r->joules / (double)r->power_tokens,
-				100.0 * r->capped_s / r->power_s);
+			fprintf(table, "%-8s power: %.0f W, %.4f J a token, SM clock %.0f MHz, "
+				"held back for power in %.0f%% of %llu samples\n", "", watts,
+				joules / (double)r->power_tokens, mhz, capped,
+				(unsigned long long)r->power_samples);
 		if (r->ep_ranks > 1 && r->steps && r->seconds > 0)
 			fprintf(table, "%-8s ep %d: %.1f collectives per step, %.2f MB, %.3f ms of a "
 				"%.3f ms step in them (%.1f%%)\n", "", r->ep_ranks,
