@@ -22,6 +22,13 @@
 #define ATLAS_STOP_LEN 64       /* bytes of one stop string */
 /* kv_memory = 0 on the cpu backend: the pool of a small machine. */
 #define ATLAS_KV_MEMORY_CPU_AUTO ((uint64_t)1 << 30)
+/* chunk_size = 0: prompt tokens of one step by backend. A cpu gains little
+ * from longer chunks, and a chunk holds up the generating sessions while it
+ * runs; a GPU's tensor cores want 2048 rows or more (docs/perf.md: on an
+ * H100 a prompt of 8192 prefills 1.7 times as fast on Qwen3-8B and 3.7
+ * times on Qwen3-0.6B in chunks of 2048 as in chunks of 256, 2026-12-02). */
+#define ATLAS_CHUNK_SIZE_CPU_AUTO 256
+#define ATLAS_CHUNK_SIZE_GPU_AUTO 2048
 
 enum atlas_mode { ATLAS_MODE_AUTO, ATLAS_MODE_CHAT, ATLAS_MODE_RAW };
 
@@ -50,7 +57,7 @@ struct atlas_config {
 	int threads;                    /* cpu worker threads, 0 = all online cores */
 	char cpu_precision[8];          /* f32 | bf16: the cpu backend's weights and products */
 	int max_batch;                  /* sequences in one engine step (= engine slots) */
-	int chunk_size;                 /* prefill tokens in one step, over all sequences */
+	int chunk_size;                 /* prefill tokens in one step, over all sequences, 0 = by backend */
 	int context;                    /* tokens of one session's context, 0 = the model's maximum */
 	int kv_block_size;              /* tokens per KV block */
 	uint64_t kv_memory;             /* bytes for the KV block pool, 0 = auto */

@@ -418,6 +418,14 @@ static int load(struct atlas_engine *e, char *err, size_t errlen)
 	return 0;
 }
 
+int atlas_chunk_size(const struct atlas_config *c)
+{
+	if (c->chunk_size)
+		return c->chunk_size;
+	return strcmp(kt_backend_resolve(c->backend), "cuda") ? ATLAS_CHUNK_SIZE_CPU_AUTO
+							       : ATLAS_CHUNK_SIZE_GPU_AUTO;
+}
+
 int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out, char *err,
 		      size_t errlen)
 {
@@ -428,6 +436,7 @@ int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out,
 	if (!e)
 		return atlas_errf(err, errlen, -ENOMEM, "out of memory");
 	e->cfg = *cfg;
+	e->cfg.chunk_size = atlas_chunk_size(cfg);
 	/* An empty `model` key means the model chosen at build time. */
 	snprintf(e->cfg.model, sizeof e->cfg.model, "%s", atlas_config_model_dir(cfg));
 	e->t_open_ns = atlas_now_ns();
@@ -444,10 +453,11 @@ int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out,
 		engine_free(e);
 		return atlas_errf(err, errlen, rc, "cannot start the engine's threads");
 	}
-	log_info("engine: %s (%s, %d layers, %llu parameters, %s) on %s; KV %d blocks of %d tokens",
+	log_info("engine: %s (%s, %d layers, %llu parameters, %s) on %s; KV %d blocks of %d tokens; "
+		 "prompts in chunks of %d tokens",
 		 e->cfg.model, e->mc->architecture, e->mc->n_layers,
 		 (unsigned long long)e->x->info.parameters, e->x->info.dtype, e->x->be->info.name,
-		 e->x->pool.kv.n_blocks, e->x->pool.kv.block_size);
+		 e->x->pool.kv.n_blocks, e->x->pool.kv.block_size, e->cfg.chunk_size);
 	*out = e;
 	return 0;
 }

@@ -40,8 +40,12 @@ const char *atlas_tier_name(enum atlas_tier t);
 
 /* ---- engine ---- */
 
+/* The prompt tokens of one step that c gives: its chunk_size, or for 0 the
+ * default of the backend c->backend opens here (ATLAS_CHUNK_SIZE_*_AUTO). */
+int atlas_chunk_size(const struct atlas_config *c);
+
 /* Load the model atlas_config_model_dir(cfg) names, open the backend and start the engine
- * thread. cfg is copied. */
+ * thread. cfg is copied; its chunk_size as atlas_chunk_size gives it. */
 int atlas_engine_open(const struct atlas_config *cfg, struct atlas_engine **out, char *err,
 		      size_t errlen);
 /* Stop the engine thread, end every turn (ECANCELED) and free everything.

@@ -232,6 +232,8 @@ int atlas_ep_worker_run(const struct atlas_config *cfg, int rank, char *err, siz
 	struct worker w = { .cfg = *cfg, .rank = rank, .fd = -1,
 			    .timeout_ms = (int)(cfg->ep_timeout * 1000) };
 	snprintf(w.cfg.model, sizeof w.cfg.model, "%s", atlas_config_model_dir(cfg));
+	/* resolved as the head resolves it: the two compare it */
+	w.cfg.chunk_size = atlas_chunk_size(cfg);
 	struct step_limits lim;
 	engine_step_limits(&w.cfg, &lim);
 	w.buf = malloc(EP_PAYLOAD_MAX);

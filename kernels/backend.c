@@ -41,9 +41,20 @@ const char *kt_backends_built(void)
 #endif
 }
 
+const char *kt_backend_resolve(const char *name)
+{
+	if (name && *name && strcmp(name, "auto"))
+		return name;
+#ifdef ATLAS_HAVE_CUDA
+	if (kt_cuda_available())
+		return "cuda";
+#endif
+	return "cpu";
+}
+
 int kt_backend_open(const struct kt_config *c, struct kt_backend **out, char *err, size_t errlen)
 {
-	const char *name = c->backend && *c->backend ? c->backend : "auto";
+	const char *name = kt_backend_resolve(c->backend);
 	if (strcmp(name, "cpu") == 0)
 		return kt_cpu_open(c, out, err, errlen);
 	if (strcmp(name, "cuda") == 0) {
@@ -54,13 +65,6 @@ int kt_backend_open(const struct kt_config *c, struct kt_backend **out, char *er
 				  "backend cuda: this build has no CUDA backend (built: %s)",
 				  kt_backends_built());
 #endif
-	}
-	if (strcmp(name, "auto") == 0) {
-#ifdef ATLAS_HAVE_CUDA
-		if (kt_cuda_available())
-			return kt_cuda_open(c, out, err, errlen);
-#endif
-		return kt_cpu_open(c, out, err, errlen);
 	}
 	return atlas_errf(err, errlen, -EINVAL, "backend %s: unknown (auto, cpu or cuda)", name);
 }

@@ -602,6 +602,9 @@ struct kt_backend {
 /* Open the backend that c->backend names ("auto": cuda when built with CUDA
  * and a GPU is present, else cpu). */
 int kt_backend_open(const struct kt_config *c, struct kt_backend **out, char *err, size_t errlen);
+/* The backend that name opens on this machine: "cuda" or "cpu" for
+ * "auto" (NULL or empty too), else name itself. */
+const char *kt_backend_resolve(const char *name);
 /* The backends this build contains, space separated ("cpu cuda"). */
 const char *kt_backends_built(void);
 

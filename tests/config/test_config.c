@@ -57,7 +57,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.device, 0);
 	assert_int_equal(c.threads, 0);
 	assert_int_equal(c.max_batch, 8);
-	assert_int_equal(c.chunk_size, 256);
+	assert_int_equal(c.chunk_size, 0);
 	assert_int_equal(c.context, 0);
 	assert_int_equal(c.kv_block_size, 16);
 	assert_true(c.kv_memory == 0);
@@ -125,7 +125,7 @@ static void test_load_good(void **state)
 	assert_true(c.attr_timeout == 0.25);
 	assert_string_equal(c.log_level, "debug");
 	/* untouched keys keep their defaults */
-	assert_int_equal(c.chunk_size, 256);
+	assert_int_equal(c.chunk_size, 0);
 	assert_int_equal(c.top_k, 40);
 }
 

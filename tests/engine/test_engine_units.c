@@ -1,6 +1,6 @@
 /* Unit tests of engine parts that need no model: stop-string scanning,
- * position-keyed random numbers, session settings, prompt lookup and the
- * speculation gate. */
+ * position-keyed random numbers, session settings, prompt lookup, the
+ * speculation gate and the chunk size by backend. */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -18,6 +18,7 @@
 #include "engine/spec/gate.h"
 #include "engine/spec/ngram.h"
 #include "engine/text/stop.h"
+#include "kernels/backend.h"
 
 static void test_stop_scan(void **state)
 {
@@ -259,6 +260,29 @@ static void test_gate_choice(void **state)
 	assert_true(spec_accept_rate(&a) < 0.05);
 }
 
+/* chunk_size 0 is the backend's default, resolved as the backend will be
+ * opened; any other value is kept. */
+static void test_chunk_size_by_backend(void **state)
+{
+	(void)state;
+	struct atlas_config c;
+	atlas_config_defaults(&c);
+	assert_int_equal(c.chunk_size, 0);
+	snprintf(c.backend, sizeof c.backend, "cpu");
+	assert_int_equal(atlas_chunk_size(&c), ATLAS_CHUNK_SIZE_CPU_AUTO);
+	snprintf(c.backend, sizeof c.backend, "cuda");
+	assert_int_equal(atlas_chunk_size(&c), ATLAS_CHUNK_SIZE_GPU_AUTO);
+	snprintf(c.backend, sizeof c.backend, "auto");
+	assert_int_equal(atlas_chunk_size(&c), strcmp(kt_backend_resolve("auto"), "cuda")
+						       ? ATLAS_CHUNK_SIZE_CPU_AUTO
+						       : ATLAS_CHUNK_SIZE_GPU_AUTO);
+	assert_string_equal(kt_backend_resolve("cpu"), "cpu");
+	assert_string_equal(kt_backend_resolve("cuda"), "cuda");
+	c.chunk_size = 100;
+	snprintf(c.backend, sizeof c.backend, "cuda");
+	assert_int_equal(atlas_chunk_size(&c), 100);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -268,6 +292,7 @@ int main(void)
 		cmocka_unit_test(test_params_errors_name_the_key),
 		cmocka_unit_test(test_ngram),
 		cmocka_unit_test(test_gate_choice),
+		cmocka_unit_test(test_chunk_size_by_backend),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
