@@ -91,28 +91,31 @@ static int sample(const struct bench_power *p, struct bench_power_mark *m)
 	return 0;
 }
 
+/* Samples every BENCH_POWER_PERIOD_NS on a fixed schedule; one that comes
+ * late (the thread was not running) moves the schedule on rather than
+ * catching up, so that samples stay evenly spread over time and each
+ * weighs the same in a row's mean. */
 static void *sampler(void *arg)
 {
 	struct bench_power *p = arg;
-	struct timespec next;
+	uint64_t next = atlas_now_ns();
 
-	clock_gettime(CLOCK_MONOTONIC, &next);
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
 		struct bench_power_mark m = p->sums;
 
 		pthread_mutex_unlock(&p->lock);
 		const int rc = sample(p, &m);
-		next.tv_nsec += BENCH_POWER_PERIOD_NS;
-		if (next.tv_nsec >= 1000000000L) {
-			next.tv_sec++;
-			next.tv_nsec -= 1000000000L;
-		}
 		pthread_mutex_lock(&p->lock);
 		if (!rc)
 			p->sums = m;
 		pthread_mutex_unlock(&p->lock);
-		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		const uint64_t now = atlas_now_ns();
+		next = next + BENCH_POWER_PERIOD_NS > now ? next + BENCH_POWER_PERIOD_NS
+							  : now + BENCH_POWER_PERIOD_NS;
+		const struct timespec at = { .tv_sec = (time_t)(next / 1000000000ull),
+					     .tv_nsec = (long)(next % 1000000000ull) };
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
 		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
