@@ -166,7 +166,7 @@ static void reference(const lab &L, const step &st, const std::vector<int> &whic
 	}
 }
 
-/* min N: splits of at least N keys (the backend uses DEC_MIN_CHUNK) */
+/* min N: splits of at least N keys (the backend uses decode_min_chunk) */
 enum variant {
 	V_SPLIT2, V_SPLIT3, V_SPLIT4, V_NOSPLIT3, V_MIN256, V_MIN128, V_NOSPLIT2, V_GENERIC,
 	N_VARIANTS
@@ -177,7 +177,7 @@ static const char *vname[N_VARIANTS] = { "tc ring2", "tc ring3", "tc ring4", "tc
 
 template <int D, int STAGES>
 static void launch_tc(const lab &L, const step &st, bool split, decode_plan *plan_out,
-		      int min_chunk = DEC_MIN_CHUNK)
+		      int min_chunk = 0)
 {
 	static int slots;
 	decode_args a;
@@ -188,7 +188,8 @@ static void launch_tc(const lab &L, const step &st, bool split, decode_plan *pla
 		slots = decode_slots<D, STAGES>(L.n_sms);
 	}
 	p = decode_plan_make(st.rows, st.sh.n_heads / st.sh.n_kv, st.sh.n_kv, st.max_kv_len,
-			     slots, split ? WS_ROWS : st.rows, min_chunk);
+			     slots, split ? WS_ROWS : st.rows,
+			     min_chunk ? min_chunk : decode_min_chunk(st.rows));
 	a.out = { st.dout, false };
 	a.q = st.dq;
 	a.kc = L.kc;

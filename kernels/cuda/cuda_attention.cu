@@ -272,7 +272,7 @@ static int run_decode(const att_call &c, int rows, int max_kv_len,
 	const int ws = c.n_heads <= cu->att_heads ? cu->att_ws_rows : 0;
 	const decode_plan p = decode_plan_make(rows, c.n_heads / c.n_kv, c.n_kv, L,
 					       D == 64 ? cu->att_slots64 : cu->att_slots128, ws,
-					       DEC_MIN_CHUNK);
+					       decode_min_chunk(rows));
 	decode_args a;
 
 	a.out = c.out;

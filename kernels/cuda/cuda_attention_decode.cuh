@@ -65,7 +65,14 @@
 #define DEC_WARPS 4
 #define DEC_HEADS 16       /* q heads per CTA: the m16 rows of the tiles */
 #define DEC_MAX_SPLITS 64
-#define DEC_MIN_CHUNK 64   /* fewest keys worth a split of their own */
+#define DEC_MIN_CHUNK 64   /* fewest keys worth a split of their own, at one row */
+/* The same at two rows or more. A split's first tiles are read before the
+ * PDL wait, beside the other splits', which pays at one row; at two rows
+ * and up the grid fills without short splits, and their merges cost.
+ * Qwen3-0.6B on an H200, 22-33 rounds (docs/perf.md, 2026-12-03): 256
+ * for every row count gained 1.3-3.1 % at 2-8 rows (level at 16 and at a
+ * context of 2,048) and lost 1.8-4.2 % at one row (10.1 % at 2,048). */
+#define DEC_MIN_CHUNK_ROWS 256
 #define DEC_STAGES 3
 /* Row stride in floats of the warps' outputs in the epilogue: D + 8, so
  * that the 8 rows a float2 store spreads over fall in different banks (a
@@ -110,6 +117,12 @@ struct decode_args {
 struct decode_plan {
 	int splits, chunk, head_chunks;
 };
+
+/* The fewest keys of a split for a launch of `rows` decode rows. */
+static inline int decode_min_chunk(int rows)
+{
+	return rows > 1 ? DEC_MIN_CHUNK_ROWS : DEC_MIN_CHUNK;
+}
 
 /* Pick the split count for rows decode rows of up to max_kv_len keys: the
  * grid should fill whole waves of `slots` resident CTAs, splits of at least
