@@ -7,8 +7,10 @@
 durations and the host's time between a step's sync and the next launch.)
 
 A step ends with the engine's sampling: the launch of a sampling kernel
-(sample_kernel, greedy_kernel or topk_kernel) and the device-to-host copy
-of its tokens after it. Steps are grouped by how many
+(sample_kernel, greedy_kernel or topk_kernel) and any device-to-host
+copies right after it (kept logits; until 2026-12-03 the tokens came back
+in such a copy too, now the kernel writes them to pinned host memory).
+Steps are grouped by how many
 kernels they ran (a batch-64 decode step and a prefill chunk differ), and
 the largest group is broken down unless --group picks another count
 ("largest": the steps of the most kernels, such as a prompt's whole
@@ -81,19 +83,17 @@ def read(path):
 
 
 def split_steps(gpu):
-    """Lists of records, each ending with a step's downloads (its tokens,
-    then any kept logits) after its sampling kernel."""
-    steps, cur, state = [], [], "run"
+    """Lists of records, each ending with a step's sampling kernel and the
+    downloads right after it, if any."""
+    steps, cur, sampled = [], [], False
     for rec in gpu:
         dtoh = rec[2] == "m" and rec[3] == "copykind%d" % DTOH
-        if state == "done" and not dtoh:
+        if sampled and not dtoh:
             steps.append(cur)
-            cur, state = [], "run"
+            cur, sampled = [], False
         cur.append(rec)
         if rec[2] == "k" and any(k in rec[3] for k in SAMPLING_KERNELS):
-            state = "sampled"
-        elif state == "sampled" and dtoh:
-            state = "done"
+            sampled = True
     return steps
 
 
@@ -147,7 +147,7 @@ def main():
         return host_only(api)
     steps = split_steps(gpu)
     if not steps:
-        sys.exit("no step found (no sampling kernel followed by a device-to-host copy)")
+        sys.exit("no step found (no sampling kernel)")
     groups = collections.defaultdict(list)
     for i, st in enumerate(steps):
         groups[sum(r[2] == "k" for r in st)].append(i)

@@ -176,6 +176,10 @@ struct model_step {
 	const struct kt_tensor *kcache; /* [n_attention_layers] paged K caches */
 	const struct kt_tensor *vcache; /* [n_attention_layers] paged V caches */
 	struct kt_tensor out_rows;      /* [n_out, 1] i32: the rows that produce logits */
+	/* out_rows holds 0, 1, ..., T - 1: every row gives logits, in order
+	 * (what the caller knows on the host), so a forward may skip the
+	 * gather of the out rows. false is always correct. */
+	bool out_all;
 	struct kt_tensor logits;        /* [n_out, vocab] f32 */
 	struct model_staging *staged;   /* NULL: all KV of the step is on the device */
 	/* The final hidden rows (after the last norm), [T, hidden] f32: a

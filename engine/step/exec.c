@@ -562,10 +562,12 @@ static int forward(struct exec *x, const struct step_cmd *c)
 		return rc;
 	if (x->stage.n_pieces)
 		f.s.staged = &x->stage;
-	bool graph = x->graphs && f.s.batch.n_single == n_rows && n_out == n_rows &&
-		     !x->stage.n_pieces;
-	for (int i = 0; graph && i < n_out; i++)
-		graph = x->out_rows[i] == i;
+	bool out_all = n_out == n_rows;
+	for (int i = 0; out_all && i < n_out; i++)
+		out_all = x->out_rows[i] == i;
+	const bool graph = x->graphs && f.s.batch.n_single == n_rows && out_all &&
+			   !x->stage.n_pieces;
+	f.s.out_all = out_all;
 	if (graph) {
 		int padded = graph_batch(x, n_rows);
 		for (int i = n_rows; i < padded; i++) {

@@ -58,7 +58,6 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cudaFree(cu->stage));
 	CU_WARN(cudaFree(cu->fault));
 	CU_WARN(cudaFree(cu->rows_dev));
-	CU_WARN(cudaFree(cu->ids_dev));
 	CU_WARN(cudaFree(cu->sample_part));
 	CU_WARN(cudaFree(cu->sample_count));
 	CU_WARN(cudaFree(cu->sample_cand));
@@ -169,11 +168,12 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 	STEP(cudaMalloc(&cu->blas_ws, CUDA_BLAS_WS_BYTES));
 	STEP(cudaMalloc((void **)&cu->fault, sizeof(*cu->fault)));
 	STEP(cudaMemsetAsync(cu->fault, 0, sizeof(*cu->fault), cu->stream));
-	STEP(cudaMallocHost((void **)&cu->fault_host, sizeof(*cu->fault_host)));
+	STEP(cudaHostAlloc((void **)&cu->fault_host, sizeof(*cu->fault_host), cudaHostAllocMapped));
+	STEP(cudaHostGetDevicePointer((void **)&cu->fault_map, cu->fault_host, 0));
 	STEP(cudaMallocHost((void **)&cu->rows_host, rows_bytes));
-	STEP(cudaMallocHost((void **)&cu->ids_host, ids_bytes));
+	STEP(cudaHostAlloc((void **)&cu->ids_host, ids_bytes, cudaHostAllocMapped));
+	STEP(cudaHostGetDevicePointer((void **)&cu->ids_map, cu->ids_host, 0));
 	STEP(cudaMalloc((void **)&cu->rows_dev, rows_bytes));
-	STEP(cudaMalloc((void **)&cu->ids_dev, ids_bytes));
 	STEP(cudaMalloc((void **)&cu->sample_part,
 			(size_t)cu->sample_cap * CUDA_SAMPLE_MAX_CHUNKS * sizeof(*cu->sample_part)));
 	STEP(cudaMalloc((void **)&cu->sample_count, (size_t)cu->sample_cap * sizeof(unsigned)));

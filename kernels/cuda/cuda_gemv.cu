@@ -57,8 +57,9 @@
  * bulk copies, with the arithmetic of the kernels here, output for output,
  * so that the kernel a T takes never changes a bit. It takes a pending
  * norm of any number of tiles (its blocks norm the row once each, a grid
- * of two a multiprocessor), except at K of one k-block (bulk_takes), and
- * matmul_swiglu's SwiGLU at any I. A launch of an unnormed x whose blocks
+ * of two a multiprocessor), except at K of one k-block (bulk_takes) where
+ * gemv_kernel takes it (up to GEMV_NORM_MAX_BLOCKS blocks; past that, an
+ * lm_head, the bulk GEMV does), and matmul_swiglu's SwiGLU at any I. A launch of an unnormed x whose blocks
  * each stream more stages than its ring of 4 holds (bulk_deep) stages x in
  * shared memory where its rows fit (bulk_stages_x), and otherwise gets a
  * ring of 6.
@@ -456,6 +457,11 @@ static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *c
 		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	if (gemv_blocks(parts, 1) <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &parts.norm))
 		return with_norm_row(K, [&](auto xs) { return launch_tt<2, 8>(cu, parts, xs, T, K); });
+	/* A row of one k-block with more blocks than gemv_kernel norms (an
+	 * lm_head): the bulk GEMV, whose persistent blocks norm it once each,
+	 * instead of a norm launch of its own before the product. */
+	if (bulk_takes(cu, T, K, false) && cuda_norm_take(cu, x, &parts.norm))
+		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	CU_CHECK(cu_enter(cu));
 	if (x->dtype == KT_BF16)
 		return launch(cu, parts, (const __nv_bfloat16 *)x->data, T, K);

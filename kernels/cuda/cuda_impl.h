@@ -126,9 +126,11 @@ struct cuda_backend {
 	int64_t xbf16_cols;         /* largest K of a bf16 weight so far */
 	void *stage;                /* device, CUDA_STAGE_BYTES: weight() conversion staging */
 	unsigned *fault;            /* device: enum cuda_fault bits since the last sync point */
-	unsigned *fault_host;       /* pinned: where a sync point reads them */
+	unsigned *fault_host;       /* pinned, mapped: where a sync point reads them */
+	unsigned *fault_map;        /* fault_host as kernels write it (sampling's) */
 	struct kt_sample_row *rows_host, *rows_dev; /* [sample_cap] pinned, device */
-	int32_t *ids_host, *ids_dev;                /* [sample_cap] pinned, device */
+	int32_t *ids_host;          /* [sample_cap] pinned, mapped: sampled ids */
+	int32_t *ids_map;           /* ids_host as sampling's kernels write it */
 	int sample_cap;             /* rows per sampling launch (more run in chunks) */
 	uint64_t *sample_part;      /* device [sample_cap, CUDA_SAMPLE_MAX_CHUNKS]: a row's chunk maxima */
 	unsigned *sample_count;     /* device [sample_cap]: a row's chunks done, 0 at rest */
@@ -325,6 +327,11 @@ static inline unsigned cu_blocks(int64_t n)
 /* Wait for the stream, then report and clear device-side faults: 0, -EINVAL
  * after a fault, or the CUDA error. */
 int cuda_sync_point(struct cuda_backend *cu);
+
+/* cuda_sync_point after a kernel that copied the fault word into
+ * fault_host itself (through fault_map, as the stream's last op, when
+ * every op before it had finished): no copy of it first. */
+int cuda_sync_published(struct cuda_backend *cu);
 
 /* Memory (cuda_memory.cu) */
 int cuda_alloc(struct kt_backend *be, enum kt_dtype dtype, int64_t rows, int64_t cols,

@@ -220,12 +220,17 @@ static void fault_names(unsigned f, char *buf, size_t len)
 
 int cuda_sync_point(struct cuda_backend *cu)
 {
+	CU_CHECK(cudaMemcpyAsync(cu->fault_host, cu->fault, sizeof(*cu->fault),
+				 cudaMemcpyDeviceToHost, cu->stream));
+	return cuda_sync_published(cu);
+}
+
+int cuda_sync_published(struct cuda_backend *cu)
+{
 	unsigned f;
 	char names[128];
 	int rc;
 
-	CU_CHECK(cudaMemcpyAsync(cu->fault_host, cu->fault, sizeof(*cu->fault),
-				 cudaMemcpyDeviceToHost, cu->stream));
 	/* With a communicator open a peer may never join a collective: the
 	 * wait is bounded (cuda_comm.cu). */
 	if (cu->nccl) {

@@ -37,9 +37,10 @@
  * and high 16 bits apart); the group's leader adds the sum to its warp's
  * private histogram (no atomics: 64-bit shared-memory atomics are
  * compare-and-swap loops) and the count to the shared one; the warps'
- * histograms are summed after the pass. The per-row requests go up and the
- * ids come back through pinned buffers sized at open (cu->sample_cap rows
- * per launch).
+ * histograms are summed after the pass. The per-row requests go up through
+ * a pinned buffer, and the kernels write the ids (and the fault word) into
+ * pinned host memory themselves (sample_out), both sized at open
+ * (cu->sample_cap rows per launch).
  */
 #include <errno.h>
 #include <math.h>
@@ -277,24 +278,26 @@ __device__ int32_t sample_row(sample_shared &sh, const row_ctx &r, const kt_samp
 
 /* Row blockIdx.x's pick, one block a row. */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-	sample_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids)
+	sample_kernel(const float *logits, int64_t V, const kt_sample_row *rows, sample_out out)
 {
 	__shared__ sample_shared sh;
 	const kt_sample_row q = rows[blockIdx.x];
 	const float *l = logits + blockIdx.x * V;
 	row_ctx r = { l, V, V % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, q.temperature };
-	const uint64_t best = row_best(r, 0, sh.u64);
+	uint64_t best;
 	int32_t id;
 
+	sample_publish_fault(out);
+	best = row_best(r, 0, sh.u64);
 	if (q.temperature == 0.0f) {
 		if (threadIdx.x == 0)
-			ids[blockIdx.x] = (int32_t)(0xffffffffu - (uint32_t)best);
+			out.ids[blockIdx.x] = (int32_t)(0xffffffffu - (uint32_t)best);
 		return;
 	}
 	r.lmax = key_logit((uint32_t)(best >> 32));
 	id = sample_row(sh, r, q);
 	if (threadIdx.x == 0)
-		ids[blockIdx.x] = id;
+		out.ids[blockIdx.x] = id;
 }
 
 static bool row_ok(const struct kt_sample_row *s)
@@ -343,11 +346,9 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			cuda_sample_topk_launch(cu, l, V, m);
 		else
 			sample_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, cu->stream>>>(
-				l, V, cu->rows_dev, cu->ids_dev);
+				l, V, cu->rows_dev, sample_out_of(cu));
 		CU_LAUNCHED();
-		CU_CHECK(cudaMemcpyAsync(cu->ids_host, cu->ids_dev, (size_t)m * sizeof(*ids),
-					 cudaMemcpyDeviceToHost, cu->stream));
-		rc = cuda_sync_point(cu);
+		rc = cuda_sync_published(cu);
 		if (!rc)
 			memcpy(ids + r0, cu->ids_host, (size_t)m * sizeof(*ids));
 	}

@@ -39,6 +39,33 @@ __device__ __forceinline__ float key_logit(uint32_t k)
 	return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
 }
 
+/* What a sampling launch leaves for the host: the ids, and the fault word
+ * of the ops before it, both in pinned host memory that the kernel writes
+ * through its mapping. The step then ends with the kernel: no copies after
+ * it: in an H100 trace of Qwen3-0.6B at batch 1 (2026-12-02) the two copies
+ * after the greedy kernel ended its step about 8 us later, 4.8 of them
+ * from the kernel's end to the first copy (docs/perf.md). The sync point
+ * reads the fault word the kernel left (cuda_sync_published). Sampling launches keep the stream's ordinary
+ * order (no PDL), so every op before one has finished when it starts and
+ * the fault word it reads is final. */
+struct sample_out {
+	int32_t *ids;          /* [m], cu->ids_map */
+	const unsigned *fault; /* cu->fault */
+	unsigned *fault_host;  /* cu->fault_map */
+};
+
+static inline sample_out sample_out_of(const struct cuda_backend *cu)
+{
+	return sample_out{ cu->ids_map, cu->fault, cu->fault_map };
+}
+
+/* The fault word into fault_host, by one thread of the launch. */
+__device__ __forceinline__ void sample_publish_fault(const sample_out &o)
+{
+	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+		*o.fault_host = *(const volatile unsigned *)o.fault;
+}
+
 /* One row's constants. */
 struct row_ctx {
 	const float *l;
@@ -106,7 +133,7 @@ __device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint6
 
 /* cuda_sample_fast.cu: whether rows [0, n) take topk_kernel (each greedy,
  * or of a top_k of at most TOPK_MAX_K whose chunks' candidates fit), and
- * the launches of m rows of logits l [m, V] (ids to cu->ids_dev; topk's
+ * the launches of m rows of logits l [m, V] (ids and the fault word to sample_out_of(cu); topk's
  * requests in cu->rows_dev, at most CUDA_SAMPLE_TOPK_ROWS rows). */
 bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V);
 void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);

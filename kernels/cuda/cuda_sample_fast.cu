@@ -42,8 +42,8 @@
  * (x+1)·chunk) (chunk a multiple of 4). part [rows, CUDA_SAMPLE_MAX_CHUNKS]
  * and count [rows] are cu->sample_part and cu->sample_count. */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-	greedy_kernel(const float *logits, int64_t V, int64_t chunk, int32_t *ids, uint64_t *part,
-		      unsigned *count)
+	greedy_kernel(const float *logits, int64_t V, int64_t chunk, sample_out out,
+		      uint64_t *part, unsigned *count)
 {
 	__shared__ uint64_t red[32];
 	__shared__ bool last;
@@ -52,8 +52,10 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	const int64_t lo = blockIdx.x * chunk, n = V - lo < chunk ? V - lo : chunk;
 	const row_ctx c = { l, n, n % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, 0.0f };
 	uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
-	uint64_t best = row_best(c, lo, red);
+	uint64_t best;
 
+	sample_publish_fault(out);
+	best = row_best(c, lo, red);
 	if (threadIdx.x == 0) {
 		rp[blockIdx.x] = best;
 		__threadfence();
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	b = k + 32 < (int)gridDim.x ? __ldcg(rp + k + 32) : 0;
 	best = warp_reduce(a > b ? a : b, op_max());
 	if (k == 0) {
-		ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
+		out.ids[row] = (int32_t)(0xffffffffu - (uint32_t)best);
 		count[row] = 0;
 	}
 }
@@ -197,7 +199,7 @@ __device__ int32_t topk_pick(const uint64_t *c, int k, const kt_sample_row &q)
  * [x·k, (x+1)·k) of cand + r·TOPK_CAND, k·gridDim.x <= TOPK_CAND); the
  * row's last block sorts those and picks from the k first. */
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-	topk_kernel(const float *logits, int64_t V, const kt_sample_row *rows, int32_t *ids,
+	topk_kernel(const float *logits, int64_t V, const kt_sample_row *rows, sample_out out,
 		    uint64_t *cand, unsigned *count)
 {
 	__shared__ uint64_t v[TOPK_CAND], maxes[SAMPLE_THREADS];
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	uint64_t *rc = cand + (int64_t)row * TOPK_CAND;
 
 	static_assert(TOPK_CHUNK <= TOPK_CAND, "a chunk sorts in the row's buffer");
+	sample_publish_fault(out);
 	topk_desc(v, TOPK_CHUNK, k, maxes, &count_in, [&](int i) {
 		return lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
 					    (0xffffffffu - (uint32_t)(lo + i))
@@ -230,7 +233,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	topk_desc(v, k * (int)gridDim.x, k, maxes, &count_in,
 		  [&](int i) { return __ldcg(rc + i); });
 	if (threadIdx.x == 0) {
-		ids[row] = topk_pick(v, k, q);
+		out.ids[row] = topk_pick(v, k, q);
 		count[row] = 0;
 	}
 }
@@ -258,7 +261,7 @@ void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t 
 	const unsigned chunks = (unsigned)((V + chunk - 1) / chunk);
 
 	greedy_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-		l, V, chunk, cu->ids_dev, cu->sample_part, cu->sample_count);
+		l, V, chunk, sample_out_of(cu), cu->sample_part, cu->sample_count);
 }
 
 void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)
@@ -266,5 +269,5 @@ void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V,
 	const unsigned chunks = (unsigned)((V + TOPK_CHUNK - 1) / TOPK_CHUNK);
 
 	topk_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-		l, V, cu->rows_dev, cu->ids_dev, cu->sample_cand, cu->sample_count);
+		l, V, cu->rows_dev, sample_out_of(cu), cu->sample_cand, cu->sample_count);
 }

@@ -196,6 +196,8 @@ static int alloc_kv(struct ref_model *r, struct kt_backend *be)
 	       kt_alloc(be, KT_F32, FID_MAX_TOKENS, r->vocab, &kv->logits) ? -ENOMEM : 0;
 }
 
+bool fid_gather_rows;
+
 /* One step of n tokens; logits of rows[0..n_out) into out [n_out, vocab]. */
 static void step(struct ref_model *r, struct model *m, struct kt_backend *be, const int32_t *ids,
 		 const int32_t *seq, const int32_t *pos, int n, const int32_t *rows, int n_out,
@@ -214,6 +216,9 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 	if (kv->n_states)
 		assert_int_equal(kt_upload(be, &kv->state_slot, 0, seq, ib), 0);
 	assert_int_equal(kt_upload(be, &kv->out_rows, 0, rows, (size_t)n_out * sizeof(int32_t)), 0);
+	bool out_all = n_out == n && !fid_gather_rows;
+	for (int t = 0; out_all && t < n_out; t++)
+		out_all = rows[t] == t;
 
 	const struct model_step s = {
 		.ids = kt_rows(kv->ids, 0, n),
@@ -226,6 +231,7 @@ static void step(struct ref_model *r, struct model *m, struct kt_backend *be, co
 		.kcache = kv->k,
 		.vcache = kv->v,
 		.out_rows = kt_rows(kv->out_rows, 0, n_out),
+		.out_all = out_all,
 		.logits = kt_rows(kv->logits, 0, n_out),
 		.state = kv->state,
 		.state_slot = kv->n_states ? kt_rows(kv->state_slot, 0, n) : (struct kt_tensor){ 0 },

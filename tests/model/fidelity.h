@@ -77,6 +77,11 @@ void fid_close(struct ref_model *r, struct kt_backend *be);
  * token by token; logits of every token into outs[s] [len, vocab]. */
 void fid_run_chunked(struct ref_model *r, struct kt_backend *be, const struct ref_seq *const *seqs,
 		     const int *const *plans, float **outs, int n);
+/* Steps whose rows all give logits in order tell the model so (a
+ * model_step's out_all), as the executor does; with this set they do not,
+ * and the model gathers the out rows. */
+extern bool fid_gather_rows;
+
 /* One step of n tokens of sequence slot `slot` at positions pos0..; the
  * logits of every row into out [n, vocab]. */
 void fid_step(struct ref_model *r, struct kt_backend *be, const int32_t *ids, int slot,

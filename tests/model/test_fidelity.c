@@ -13,8 +13,9 @@
  *    largest difference between that run and the upcast run (how far
  *    transformers itself moves when it rounds activations), with the same
  *    argmax wherever transformers' top-2 gap exceeds TOL_LOWP;
- *  - the same sequences split into chunks of other sizes, and interleaved
- *    token by token with a second sequence in the same steps, give logits
+ *  - the same sequences split into chunks of other sizes, interleaved
+ *    token by token with a second sequence in the same steps, and run with
+ *    their out rows gathered (a model_step without out_all), give logits
  *    bitwise identical to the one-step run;
  *  - a greedy loop over model_forward gives transformers' generate() tokens,
  *    allowing a different choice only where transformers' two best logits
@@ -309,6 +310,32 @@ static void test_chunks_and_batches(void **state)
 	}
 }
 
+/* Every sequence in one step again, its out rows through the gather (the
+ * model not told that they are every row in order): the same bits as with
+ * out_all, where the model skips the gather (and, on a backend that takes
+ * the norm into the product, norms into it). */
+static void test_out_rows_gathered(void **state)
+{
+	for (int i = 0; i < n_refs; i++) {
+		struct ref_model *r = &refs[i];
+		const size_t V = (size_t)r->vocab;
+
+		for (int s = 0; s < r->n_seqs; s++) {
+			const struct ref_seq *q = &r->seqs[s];
+			float *g = malloc((size_t)q->len * V * sizeof(float));
+
+			assert_non_null(g);
+			fid_gather_rows = true;
+			fid_step(r, be, q->ids, 0, 0, q->len, g);
+			fid_gather_rows = false;
+			if (memcmp(g, q->ours, (size_t)q->len * V * sizeof(float)))
+				fail_msg("%s: sequence %d: logits through the gather differ (max %.3g)",
+					 r->name, s, max_abs_diff(g, q->ours, (size_t)q->len * V));
+			free(g);
+		}
+	}
+}
+
 /* ours against one transformers run, as the comment at the top says. */
 static void compare_greedy(const struct ref_model *r, const char *what, const int32_t *ours,
 			   int n_ours, const struct ref_greedy *g, double tol)
@@ -389,6 +416,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_logits),
 		cmocka_unit_test(test_chunks_and_batches),
+		cmocka_unit_test(test_out_rows_gathered),
 		cmocka_unit_test(test_greedy),
 		cmocka_unit_test(test_multi_turn),
 		cmocka_unit_test(test_v4_config),

@@ -16,6 +16,8 @@
  *                      the stacked w_gate_up)
  *                      (or the experts' sum in an MoE layer, moe.h)
  *   logits = lm_head · rmsnorm(x += proj)[out_rows]
+ *                      (with every row an out row in order: no gather, and
+ *                      the norm an rmsnorm_product that lm_head may take)
  *
  * The residual add is the fused first half of the rmsnorm op, so the residual
  * stream x is touched once per block. The norms whose out only the product
@@ -212,11 +214,22 @@ int dense_forward(struct model *m, const struct model_step *s)
 
 	TRY(kt_embed(be, &x, &dm->embed, &s->ids));
 	TRY(decoder_layers(m, s, &x, &xn, &proj));
+	if (s->out_all && n_out == T && !s->hidden.data && dm->s.xnb.data) {
+		/* Every row gives logits and only lm_head reads the last norm:
+		 * in bf16 (its product rounds x to that anyway: the same bits),
+		 * for the product to take, with no gather of the out rows. */
+		const struct kt_tensor xnb = kt_rows(dm->s.xnb, 0, T);
+
+		TRY(kt_rmsnorm_product(be, &xnb, &x, &proj, &dm->final_norm, eps));
+		return kt_matmul(be, &out_logits, &xnb, &dm->lm_head, NULL);
+	}
 	/* The last norm: into s->hidden when an MTP head reads it. */
 	const struct kt_tensor fin = s->hidden.data ? kt_rows(s->hidden, 0, T) : xn;
 	TRY(kt_rmsnorm(be, &fin, &x, &proj, &dm->final_norm, eps));
 	if (n_out == 0)
 		return 0;
+	if (s->out_all && n_out == T)
+		return kt_matmul(be, &out_logits, &fin, &dm->lm_head, NULL);
 	TRY(kt_gather_rows(be, &h_out, &fin, &s->out_rows));
 	TRY(kt_matmul(be, &out_logits, &h_out, &dm->lm_head, NULL));
 	return 0;

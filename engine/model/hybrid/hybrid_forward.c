@@ -183,6 +183,8 @@ int hybrid_forward(struct model *m, const struct model_step *s)
 	TRY(kt_rmsnorm(be, &fin, &x, &proj, &hm->final_norm, eps));
 	if (n_out == 0)
 		return 0;
+	if (s->out_all && n_out == T) /* every row, in order: fin is the out rows */
+		return kt_matmul(be, &out_logits, &fin, &hm->lm_head, NULL);
 	TRY(kt_gather_rows(be, &h_out, &fin, &s->out_rows));
 	return kt_matmul(be, &out_logits, &h_out, &hm->lm_head, NULL);
 }
