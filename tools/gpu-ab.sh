@@ -28,7 +28,8 @@
 #        on random weights of each published shape of AB_SAME_SHAPES (qwen3-0.6b
 #        by default: heads of 128 dims, which the test models lack), the 4
 #        highest logits of each position of a prompt of 4,096 and 32 greedy
-#        tokens after 2,100, in chunks of 2,048; then the op cases
+#        tokens after 2,100, in chunks of 2,048, and 64 greedy tokens after
+#        100; then the op cases
 #        on cuda (test_ops), the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) and the engine's
 #        (test_engine, on each model) of the last side.
@@ -144,10 +145,12 @@ same)
 	# AB_SAME_SHAPES (the same on every side: their generator is seeded):
 	# the 4 highest logits (printed to round trip) of every position of a
 	# prompt of 4,096 in chunks of 2,048 (Qwen3-0.6B's chunks go to the
-	# wgmma prefill at one and at two CTAs a multiprocessor), and 32
-	# greedy tokens after 2,100.
+	# wgmma prefill at one and at two CTAs a multiprocessor), 32 greedy
+	# tokens after 2,100, and 64 after 100 (decode of a short context: a
+	# few splits of the keys, the batch-1 rows of the bench).
 	prompt=$(seq -s, 1 4096)
 	gen_prompt=$(seq -s, 1 2100)
+	short_prompt=$(seq -s, 1 100)
 	for shape in ${AB_SAME_SHAPES:-qwen3-0.6b}; do
 		for side in 0 "$other"; do
 			b=$(side_dir "$side")/build-gpu
@@ -158,8 +161,12 @@ same)
 				--temperature 0 --max-tokens 32 --tokens "$gen_prompt" --ids \
 				-o backend=cuda -o chunk_size=2048 -o log_level=warn \
 				>"$out/greedy-$shape-$side.txt" 2>&1 || failed=$((failed + 1))
+			"$b"/tools/atlas generate -o load_format=dummy -o model="$shape" --mode raw \
+				--temperature 0 --max-tokens 64 --tokens "$short_prompt" --ids \
+				-o backend=cuda -o log_level=warn \
+				>"$out/greedy-short-$shape-$side.txt" 2>&1 || failed=$((failed + 1))
 		done
-		for f in top-$shape greedy-$shape; do
+		for f in top-$shape greedy-$shape greedy-short-$shape; do
 			cmp -s "$out/$f-0.txt" "$out/$f-$other.txt" && echo "$f: equal" ||
 				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
 		done

@@ -291,13 +291,21 @@ static int run_decode(const att_call &c, int rows, int max_kv_len,
 	a.part_ml = cu->att_part_ml;
 	a.count = cu->att_count;
 	a.fault = cu->fault;
+	/* The splits merge through clusters only in the launch where that was
+	 * measured to pay (docs/perf.md, 2026-12-03, H200): one decode row that
+	 * takes its rope right after a q/k/v product on gemv_kernel (Qwen3-0.6B
+	 * at batch 1: +3.0 %, +4.0 % with the next kernel placed early). After
+	 * the bulk GEMV (Qwen3-8B at batch 1) they lost 0.4 % and 0.8 %, and a
+	 * launch of 4 rows at a context of 2,048 lost 13-27 %. */
+	const bool cl = rp && !rp->after_bulk && decode_clusters(cu->att_clusters, p.splits);
+
 	if (!rp)
-		decode_launch<D, DEC_STAGES>(cu->pdl, a, rows, c.n_kv, cu->stream);
+		decode_launch<D, DEC_STAGES>(cu->pdl, a, rows, c.n_kv, cu->stream, cl);
 	else if ((a.rope = decode_rope_of(rp)), rp->args.q_norm &&
 						   rp->args.q_norm->dtype == KT_BF16)
-		decode_launch<D, DEC_STAGES, __nv_bfloat16>(cu->pdl, a, rows, c.n_kv, cu->stream);
+		decode_launch<D, DEC_STAGES, __nv_bfloat16>(cu->pdl, a, rows, c.n_kv, cu->stream, cl);
 	else
-		decode_launch<D, DEC_STAGES, float>(cu->pdl, a, rows, c.n_kv, cu->stream);
+		decode_launch<D, DEC_STAGES, float>(cu->pdl, a, rows, c.n_kv, cu->stream, cl);
 	CU_LAUNCHED();
 	return 0;
 }
@@ -448,7 +456,7 @@ bool cuda_decode_takes_rope(const struct cuda_backend *cu, const struct kt_rope_
 int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 {
 	const int dim = c->max_head_dim < 128 ? c->max_head_dim : 128;
-	int n_sms = 0, major = 0, minor = 0;
+	int n_sms = 0, major = 0, minor = 0, clusters = 0;
 
 	cu->att_ready = false;
 	CU_CHECK(cu_enter(cu));
@@ -469,6 +477,8 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c)
 #else
 	cu->att_wgmma = false;
 #endif
+	CU_CHECK(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, cu->device));
+	cu->att_clusters = clusters != 0;
 	if (cu->att_wgmma) {
 		CU_CHECK((prefill_wgmma_setup<PREFILL_WGMMA, 1>()));
 		CU_CHECK((prefill_wgmma_setup<PREFILL_WGMMA, 2>()));

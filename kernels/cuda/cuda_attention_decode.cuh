@@ -15,11 +15,10 @@
  * states merge through shared memory at the end. With one split the CTA
  * writes out; so does a CTA whose row's keys all fall in its split (the
  * only split of that row that runs), with the merge's arithmetic for one
- * split, o · (1 / l), so the bits are the merge's. Otherwise it writes its
- * unnormalised output and (m, l) to the workspace, fences, and counts
- * itself done on its (row, kv head, head chunk) counter; the CTA that counts last merges the splits of its heads,
- * out = Σ o_s 2^(m_s - M) / Σ l_s 2^(m_s - M), and puts the counter back to
- * 0 for the next launch (no second kernel).
+ * split, o · (1 / l), so the bits are the merge's. Otherwise the splits
+ * merge in the same launch (no second kernel), through the workspace and a
+ * counter or, in a launch of a few splits, through a cluster's shared
+ * memory (cuda_attention_merge.cuh; CLUSTER).
  *
  * The launch shape depends only on the row count, the heads and max_kv_len
  * (decode_plan_make), never on the positions, so a captured graph replays
@@ -50,7 +49,10 @@
  * reason the next kernel is placed only after the tiles: the next GEMV asks
  * for its first weights as soon as it is placed (8B's o_proj: 14 MB), and
  * those requests queued ahead of this kernel's own (docs/perf.md: 3.7 us a
- * layer at 8B).
+ * layer at 8B). A CTA of a cluster launch whose tiles were all asked for
+ * before the wait places it after the rope tasks instead: it reads nothing
+ * more from memory, and its merge goes through the cluster, not through L2
+ * (+0.7 % at Qwen3-0.6B batch 1 on an H200, docs/perf.md).
  */
 #ifndef ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
 #define ATLAS_KERNELS_CUDA_ATTENTION_DECODE_CUH
@@ -60,11 +62,9 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_attention_common.cuh"
+#include "kernels/cuda/cuda_attention_merge.cuh"
 #include "kernels/cuda/cuda_rope.cuh"
 
-#define DEC_WARPS 4
-#define DEC_HEADS 16       /* q heads per CTA: the m16 rows of the tiles */
-#define DEC_MAX_SPLITS 64
 #define DEC_MIN_CHUNK 64   /* fewest keys worth a split of their own, at one row */
 /* The same at two rows or more. A split's first tiles are read before the
  * PDL wait, beside the other splits', which pays at one row; at two rows
@@ -78,8 +78,6 @@
  * that the 8 rows a float2 store spreads over fall in different banks (a
  * stride of D put them all in one: an 8-way conflict on every store). */
 #define DEC_OS_STRIDE(D) ((D) + 8)
-
-static_assert(DEC_MAX_SPLITS <= 64, "the merge weighs 2 splits per lane");
 
 /* The decode kernel's RW without a rope. */
 struct no_rope {};
@@ -165,87 +163,6 @@ template <int D, int STAGES> struct decode_cfg {
 		      "merge area fits the ring");
 	static_assert(DEC_WARPS * 16 == ATT_TILE, "one 16-key slice per warp");
 };
-
-/* After a CTA wrote its split of row t, heads h0..h0+nh-1: count it done;
- * the last of the n_act splits that ran merges them all into out and resets
- * the counter. Called by every thread of the CTA. */
-template <int D>
-__device__ __forceinline__ void decode_merge_splits(const decode_args &a, int t, int h0, int nh,
-						    int n_act, float (*wts)[DEC_MAX_SPLITS],
-						    float *inv_l, int *last)
-{
-	int *count = a.count + (int64_t)t * gridDim.y + blockIdx.y;
-	const int64_t slot0 = ((int64_t)t * a.n_heads + h0) * a.splits;
-	const int64_t o0 = ((int64_t)t * a.n_heads + h0) * D;
-
-	__threadfence();
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		*last = atomicAdd(count, 1) == n_act - 1;
-		if (*last)
-			*count = 0;
-	}
-	__syncthreads();
-	if (!*last)
-		return;
-	__threadfence();
-	/* Warp w weighs the splits of rows w, w + 4, ...: lane s holds splits s and s + 32. */
-	for (int row = threadIdx.x >> 5; row < nh; row += DEC_WARPS) {
-		const float2 *ml = a.part_ml + slot0 + (int64_t)row * a.splits;
-		const int lane = threadIdx.x & 31;
-		const float2 none = make_float2(-INFINITY, 0.0f);
-		const float2 v0 = lane < n_act ? __ldcg(&ml[lane]) : none;
-		const float2 v1 = lane + 32 < n_act ? __ldcg(&ml[lane + 32]) : none;
-		const bool bad = __any_sync(FULL_WARP, isnan(v0.x) || isnan(v1.x));
-		const float M = warp_reduce(fmaxf(isnan(v0.x) ? -INFINITY : v0.x,
-						  isnan(v1.x) ? -INFINITY : v1.x), op_max());
-		const float f0 = exp2_fast(v0.x - M), f1 = exp2_fast(v1.x - M);
-		const float L = warp_reduce(v0.y * f0 + v1.y * f1, op_sum());
-
-		if (lane < n_act)
-			wts[row][lane] = f0;
-		if (lane + 32 < n_act)
-			wts[row][lane + 32] = f1;
-		if (lane == 0)
-			inv_l[row] = bad ? NAN : 1.0f / L;
-	}
-	__syncthreads();
-	/* Each thread merges 4 consecutive dims of a row (float4), with the
-	 * loads of 8 splits in flight at a time. */
-	for (int i = 4 * (int)threadIdx.x; i < nh * D; i += 4 * DEC_WARPS * 32) {
-		const int row = i / D;
-		const float *p0 = a.part_o + (slot0 + (int64_t)row * a.splits) * D + i % D;
-		const float4 *po = (const float4 *)p0;
-		const float *w = wts[row];
-		float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		int s = 0;
-
-		for (; s + 8 <= n_act; s += 8) {
-			float4 v[8];
-
-#pragma unroll
-			for (int u = 0; u < 8; u++)
-				v[u] = __ldcg(po + (int64_t)(s + u) * (D / 4));
-#pragma unroll
-			for (int u = 0; u < 8; u++) {
-				acc.x += v[u].x * w[s + u];
-				acc.y += v[u].y * w[s + u];
-				acc.z += v[u].z * w[s + u];
-				acc.w += v[u].w * w[s + u];
-			}
-		}
-		for (; s < n_act; s++) {
-			const float4 v = __ldcg(po + (int64_t)s * (D / 4));
-
-			acc.x += v.x * w[s];
-			acc.y += v.y * w[s];
-			acc.z += v.z * w[s];
-			acc.w += v.w * w[s];
-		}
-		a.out.put4(o0 + i, make_float4(acc.x * inv_l[row], acc.y * inv_l[row],
-					       acc.z * inv_l[row], acc.w * inv_l[row]));
-	}
-}
 
 /* The rope tasks of a CTA that takes a rope (one warp each): task i < nh
  * ropes q head h0 + i into qs; task nh, the k task, ropes k head kvh and
@@ -384,7 +301,7 @@ __device__ __forceinline__ void decode_put_row(unsigned char *st, int row,
 	}
 }
 
-template <int D, int STAGES, typename RW>
+template <int D, int STAGES, typename RW, bool CLUSTER>
 __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 {
 	typedef decode_cfg<D, STAGES> cfg;
@@ -410,6 +327,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	float *qs = (float *)(att_smem + (STAGES - 1) * SB), *cs = qs + DEC_HEADS * D;
 	float *sn = cs + CUDA_MAX_HEAD_DIM / 2;
 	static_assert((DEC_HEADS * D + CUDA_MAX_HEAD_DIM) * 4 <= SB, "rope area fits a stage");
+	/* In a cluster, the split's results for the merge, in the ring's last
+	 * stage (os, before them, fits in the first): o [DEC_HEADS][D], (m, l)
+	 * [DEC_HEADS] */
+	float *cpo = (float *)(att_smem + (STAGES - 1) * SB);
+	float2 *cml = (float2 *)(cpo + DEC_HEADS * D);
+	static_assert(DEC_HEADS * (D + 2) * 4 <= SB && DEC_WARPS * DEC_HEADS * DEC_OS_STRIDE(D) * 4 <=
+			      (STAGES - 1) * SB, "a cluster's results fit the last stage");
 	warp_rows<D> w;
 	int len, start, end, n_tiles, n_act, r, own;
 	int32_t pos = 0;
@@ -443,10 +367,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	}
 	len = (ROPE ? pos : a.kv.pos[t]) + 1;
 	start = split * a.chunk;
-	if (start >= len)
-		return;
-	end = min(start + a.chunk, len);
 	n_act = (len + a.chunk - 1) / a.chunk;
+	if (start >= len) {
+		if (CLUSTER && n_act > 1) {
+			if constexpr (ROPE) {
+				pdl_wait();
+				pdl_launch_dependents();
+			}
+			decode_merge_cluster_idle();
+		}
+		return;
+	}
+	end = min(start + a.chunk, len);
 	n_tiles = (end - start + ATT_TILE - 1) / ATT_TILE;
 	r = lane >> 2;
 	/* with a rope, the row's own key when this split holds it */
@@ -508,6 +440,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 				rt.run2(task, task + DEC_WARPS < tasks ? task + DEC_WARPS : -1, has_qw,
 					q_nw, has_kw, k_nw, lane);
 			__syncthreads();
+			/* In a cluster, a split whose tiles were all asked for before
+			 * the wait reads nothing more from memory: the next kernel
+			 * may be placed now, its weights streaming during the tiles
+			 * and the merge, which no longer queues behind them. */
+			if (CLUSTER && n_tiles <= STAGES - 1)
+				pdl_launch_dependents();
 			warp_rows_init<D>(w, r < nh ? qs + r * D : NULL,
 					  r + 8 < nh ? qs + (r + 8) * D : NULL);
 			__syncthreads(); /* qs is the stage the loop loads first */
@@ -531,7 +469,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 	}
 	/* With a rope, the next kernel is placed only now, after the tiles:
 	 * its first weight requests would queue ahead of theirs (see the top). */
-	if constexpr (ROPE)
+	if (ROPE && !(CLUSTER && n_tiles <= STAGES - 1))
 		pdl_launch_dependents();
 	warp_rows_finish<D>(w);
 	if ((lane & 3) == 0) {
@@ -572,6 +510,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 			/* The merge's arithmetic over one split (weight 1, sum L):
 			 * the same bits without the round trip through memory. */
 			a.out.put(at + i, bad_from != INT_MAX ? NAN : O * (1.0f / L));
+		} else if (CLUSTER) {
+			cpo[i] = O;
+			if (d == 0)
+				cml[row] = make_float2(bad_from != INT_MAX ? NAN : M, L);
 		} else {
 			const int64_t slot = ((int64_t)t * a.n_heads + h0 + row) * a.splits + split;
 
@@ -584,14 +526,24 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_kernel(decode_args a)
 		atomicOr(a.fault, CUDA_FAULT_ATTENTION);
 	if (a.splits == 1 || n_act == 1)
 		return;
-	decode_merge_splits<D>(a, t, h0, nh, n_act, wts, inv_l, &last);
+	if constexpr (CLUSTER)
+		decode_merge_cluster<D>(a, t, h0, nh, n_act, wts, inv_l, cpo, cml);
+	else
+		decode_merge_splits<D>(a, t, h0, nh, n_act, wts, inv_l, &last);
 }
 
 template <int D, int STAGES, typename RW = no_rope> static inline cudaError_t decode_setup(void)
 {
-	return cudaFuncSetAttribute(decode_kernel<D, STAGES, RW>,
-				    cudaFuncAttributeMaxDynamicSharedMemorySize,
-				    decode_cfg<D, STAGES>::smem);
+	const cudaError_t e = cudaFuncSetAttribute(decode_kernel<D, STAGES, RW, false>,
+						   cudaFuncAttributeMaxDynamicSharedMemorySize,
+						   decode_cfg<D, STAGES>::smem);
+
+	if constexpr (std::is_same<RW, no_rope>::value)
+		return e;
+	else
+		return e ? e : cudaFuncSetAttribute(decode_kernel<D, STAGES, RW, true>,
+						    cudaFuncAttributeMaxDynamicSharedMemorySize,
+						    decode_cfg<D, STAGES>::smem);
 }
 
 /* CTAs of decode_kernel<D, STAGES> the device holds at once. */
@@ -601,22 +553,40 @@ template <int D, int STAGES> static inline int decode_slots(int n_sms)
 
 	typedef decode_cfg<D, STAGES> cfg;
 
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<D, STAGES, no_rope>,
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm,
+							  decode_kernel<D, STAGES, no_rope, false>,
 							  cfg::threads, cfg::smem))
 		per_sm = 1;
 	return (per_sm > 0 ? per_sm : 1) * n_sms;
 }
 
+/* Whether a launch of `splits` splits may merge them through clusters
+ * (cuda_attention_merge.cuh), on a device that has them (cuda_attention.cu
+ * says which launches do). */
+static inline bool decode_clusters(bool has_clusters, int splits)
+{
+	return has_clusters && splits > 1 && splits <= DEC_CLUSTER_MAX_SPLITS;
+}
+
 /* Enqueue the decode of rows 0..rows-1 with a.splits, a.chunk, a.head_chunks
- * set (and a.rope, head_chunks 1, unless RW is no_rope). */
+ * set (and a.rope, head_chunks 1, unless RW is no_rope); cluster (a launch
+ * that takes a rope only): the splits of each row, kv head and head chunk
+ * as one cluster (decode_clusters). */
 template <int D, int STAGES, typename RW = no_rope>
 static inline void decode_launch(bool pdl, const decode_args &a, int rows, int n_kv,
-				 cudaStream_t s)
+				 cudaStream_t s, bool cluster = false)
 {
 	typedef decode_cfg<D, STAGES> cfg;
 	const dim3 grid((unsigned)rows, (unsigned)(n_kv * a.head_chunks), (unsigned)a.splits);
 
-	cu_launch(pdl, decode_kernel<D, STAGES, RW>, grid, cfg::threads, cfg::smem, s, a);
+	if constexpr (!std::is_same<RW, no_rope>::value)
+		if (cluster) {
+			cu_launch_cluster(pdl, decode_kernel<D, STAGES, RW, true>,
+					  dim3(1, 1, (unsigned)a.splits), grid, cfg::threads, cfg::smem,
+					  s, a);
+			return;
+		}
+	cu_launch(pdl, decode_kernel<D, STAGES, RW, false>, grid, cfg::threads, cfg::smem, s, a);
 }
 
 #endif

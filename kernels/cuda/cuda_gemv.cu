@@ -210,6 +210,7 @@ static int launch_bulk(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x
 	const unsigned grid = bulk_grid(cu, tiles);
 	const bool deep = bulk_deep(cu, tiles, K);
 
+	cu->product_on_bulk = true;
 	if constexpr (!norm)
 		if (deep && bulk_stages_x(T, K)) {
 			cu_launch(cu->pdl, gemv_bulk_kernel<XT, B, GEMV_BULK_STAGES, true>, grid,
@@ -370,6 +371,8 @@ static void launch_swiglu(struct cuda_backend *cu, OT *act, const __nv_bfloat16 
 	const int tiles = (I + 3) / 4; /* the bulk GEMV's: 4 gate rows and their up rows */
 	const bool bulk = bulk_takes(cu, T, K, normed), deep = bulk && bulk_deep(cu, tiles, K);
 	const unsigned grid = bulk_grid(cu, tiles), threads = GEMV_BULK_THREADS;
+
+	cu->product_on_bulk = bulk;
 
 	if constexpr (!normed)
 		if (deep && bulk_stages_x(T, K)) {

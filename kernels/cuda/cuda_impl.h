@@ -106,6 +106,7 @@ struct cuda_rope_pending {
 	struct kt_rope_store_args args;
 	struct kt_tensor qkv, q, k, v, inv_freq, q_norm, k_norm, kcache, vcache;
 	struct kt_batch batch;       /* n_single 1, no segments */
+	bool after_bulk;             /* the product before it ran on the bulk GEMV */
 };
 
 struct cuda_backend {
@@ -141,6 +142,7 @@ struct cuda_backend {
 	bool after_product;         /* the last op was a product (matmul, matmul_n,
 				     * matmul_swiglu), whose kernels write only its
 				     * outs: a rope_store may be left pending then */
+	bool product_on_bulk;       /* that product ran on the bulk GEMV */
 	unsigned *norm_count;       /* device [1]: a normed GEMV's blocks past their norm, 0 at rest */
 	int gemv_bulk_blocks;       /* the bulk GEMV's grid (cuda_gemv_bulk.cuh): blocks the
 				     * device holds at once; 0 where it has no bulk copies */
@@ -158,6 +160,7 @@ struct cuda_backend {
 	int att_slots64, att_slots128; /* resident decode CTAs for head_dim 64, 128 */
 	int att_sms;                /* multiprocessors: what a wide prefill grid must fill */
 	bool att_wgmma;             /* head_dim-128 prefill on wgmma: sm_90a code, a 9.0 GPU */
+	bool att_clusters;          /* decode splits may merge through clusters (Hopper on) */
 	/* Copies of the swap tier (cuda_transfer.cu): their own stream, which
 	 * waits for what the main stream had enqueued when each copy started,
 	 * and one event per copy in a ring; copy t is event t % CUDA_COPY_RING. */
@@ -249,6 +252,7 @@ static inline cudaError_t cu_keep_norm(struct cuda_backend *cu)
 	cudaError_t e = cu_device(cu);
 
 	cu->after_product = false;
+	cu->product_on_bulk = false;
 	if (e == cudaSuccess && cu->rope_pending.set)
 		e = cuda_rope_flush(cu);
 	return e;

@@ -57,26 +57,45 @@ __device__ __forceinline__ void pdl_launch_dependents(void)
 #endif
 }
 
-/* kernel<<<grid, block, smem, stream>>>(args...), with programmatic
- * serialisation when pdl (cuda_backend.pdl): the kernel must keep the
- * contract above.
+/* kernel<<<grid, block, smem, stream>>>(args...) in thread block clusters
+ * of `cluster` blocks (Hopper and later; 1 x 1 x 1: none), with
+ * programmatic serialisation when pdl (cuda_backend.pdl): the kernel must
+ * keep the contract above.
  * A launch error is left for CU_LAUNCHED(), as with <<<>>>. */
 template <typename... Params, typename... Args>
-static inline void cu_launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
-			     size_t smem, cudaStream_t stream, Args... args)
+static inline void cu_launch_cluster(bool pdl, void (*kernel)(Params...), dim3 cluster,
+				     dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+				     Args... args)
 {
-	cudaLaunchAttribute attr[1];
+	cudaLaunchAttribute attr[2];
 	cudaLaunchConfig_t cfg = {};
+	unsigned n = 0;
 
-	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	if (pdl) {
+		attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		attr[n++].val.programmaticStreamSerializationAllowed = 1;
+	}
+	if (cluster.x * cluster.y * cluster.z > 1) {
+		attr[n].id = cudaLaunchAttributeClusterDimension;
+		attr[n].val.clusterDim.x = cluster.x;
+		attr[n].val.clusterDim.y = cluster.y;
+		attr[n++].val.clusterDim.z = cluster.z;
+	}
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = stream;
 	cfg.attrs = attr;
-	cfg.numAttrs = pdl ? 1 : 0;
+	cfg.numAttrs = n;
 	(void)cudaLaunchKernelEx(&cfg, kernel, ((Params)args)...);
+}
+
+/* The same without clusters. */
+template <typename... Params, typename... Args>
+static inline void cu_launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
+			     size_t smem, cudaStream_t stream, Args... args)
+{
+	cu_launch_cluster(pdl, kernel, dim3(1, 1, 1), grid, block, smem, stream, args...);
 }
 
 #endif

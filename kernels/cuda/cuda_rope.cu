@@ -355,7 +355,7 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 {
 	struct cuda_backend *cu = cu_of(be);
 	paged_kv kv;
-	bool after_product;
+	bool after_product, after_bulk;
 	int rc;
 
 	if (!rope_store_takes(cu, a, b, &kv)) {
@@ -371,9 +371,11 @@ int cuda_rope_store(struct kt_backend *be, const struct kt_rope_store_args *a,
 	if (!a->q->rows)
 		return 0;
 	after_product = cu->after_product;
+	after_bulk = cu->product_on_bulk;
 	CU_CHECK(cu_enter(cu));
 	if (a->attend_next && after_product && cuda_decode_takes_rope(cu, a, b)) {
 		defer_rope_store(cu, a, b);
+		cu->rope_pending.after_bulk = after_bulk;
 		return 0;
 	}
 	launch_rope_store(cu, a, kv);

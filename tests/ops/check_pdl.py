@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The contract of kernels/cuda/cuda_pdl.cuh, checked in the sources: every
-kernel that cu_launch launches (with programmatic dependent launch it may
+kernel that cu_launch or cu_launch_cluster launches (with programmatic dependent launch it may
 start while the kernel before it still runs) calls pdl_wait() and
 pdl_launch_dependents(), itself or through a device function that does
 (gemv_tile_warp). A kernel that forgot the wait would race with its
@@ -39,8 +39,9 @@ def main():
         with open(path, encoding="utf-8") as f:
             text += f.read() + "\n"
     funcs = bodies(text)
-    launched = set(re.findall(r"\bcu_launch\(\s*[^,]+,\s*(\w+)", text))
+    launched = set(re.findall(r"\bcu_launch(?:_cluster)?\(\s*[^,]+,\s*(\w+)", text))
     launched.discard("void")  # cu_launch's own parameter list, in its definition
+    launched.discard("kernel")  # cu_launch passing its parameter on to cu_launch_cluster
     if not launched:
         print("check_pdl: no cu_launch call found: the scan is broken")
         return 1

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Call 2 (2026-12-03, ninth session): the decode attention's splits merged
+# through a thread block cluster (side 1), and the next kernel placed after the rope tasks when a split's tiles were all asked for before the wait (side 2), against 552faa0 (side 0): same
+# (with 64 greedy tokens of the 0.6B shape after 100), op cases,
+# test_spec, test_engine; 0.6B batch 1 and 8 rounds; traces of both.
+set -u
+out=$OUT
+t0=$(date +%s)
+P=.ab/1.patch,.ab/2.patch
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv > $out/gpu.txt
+timeout 200 sh tools/gpu-ab.sh $P build > $out/build.txt 2>&1 || { tail -40 $out/build.txt; cd $out && tar czf call2.tgz * && find . -type f ! -name call2.tgz -delete; exit 99; }
+echo "build done at $(( $(date +%s) - t0 )) s"
+timeout 230 sh tools/gpu-ab.sh $P same > $out/same.txt 2>&1; echo "same rc $? at $(( $(date +%s) - t0 )) s"; grep -ci "equal" $out/same.txt; grep -i "DIFFERENT\|FAILED\|cases on\|PASSED" $out/same.txt | tail -8
+AB_TRACE_SIDES="0 1 2" AB_TRACE_BENCH="--prompt-tokens 16 --prefill-runs 1 --batch 1 --context 0 --gen-tokens 128" \
+  timeout 60 sh tools/gpu-ab.sh $P trace qwen3-0.6b > $out/trace.txt 2>&1; echo "trace rc $? at $(( $(date +%s) - t0 )) s"
+AB_BENCH="--prompt-tokens 16 --prefill-runs 1 --batch 1,8 --context 0 --gen-tokens 128" AB_ROUNDS=4 AB_BUDGET=170 \
+  timeout 200 sh tools/gpu-ab.sh $P bench qwen3-0.6b > $out/bench.txt 2>&1; echo "bench rc $? at $(( $(date +%s) - t0 )) s"
+cd $out && tar czf call2.tgz * && find . -type f ! -name call2.tgz -delete; ls
