@@ -31,6 +31,7 @@
 
 #include "kernels/cuda/cuda_attention_common.cuh"
 
+/* The decode kernel's geometry, which its merge shares. */
 #define DEC_WARPS 4
 #define DEC_HEADS 16       /* q heads per CTA: the m16 rows of the tiles */
 #define DEC_MAX_SPLITS 64
