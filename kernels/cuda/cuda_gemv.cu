@@ -59,10 +59,10 @@
  * norm of any number of tiles (its blocks norm the row once each, a grid
  * of two a multiprocessor), except at K of one k-block (bulk_takes) where
  * gemv_kernel takes it (up to GEMV_NORM_MAX_BLOCKS blocks; past that, an
- * lm_head, the bulk GEMV does), and matmul_swiglu's SwiGLU at any I. A launch of an unnormed x whose blocks
- * each stream more stages than its ring of 4 holds (bulk_deep) stages x in
- * shared memory where its rows fit (bulk_stages_x), and otherwise gets a
- * ring of 6.
+ * lm_head, the bulk GEMV does), and matmul_swiglu's SwiGLU at any I. A
+ * launch of an unnormed x whose blocks each stream more stages than its
+ * ring of 4 holds (bulk_deep) stages x in shared memory where its rows fit
+ * (bulk_stages_x), and otherwise gets a ring of 6.
  *
  * Before griddepcontrol.wait (cuda_pdl.cuh) a block reads only w.
  */

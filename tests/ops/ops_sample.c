@@ -21,6 +21,8 @@
  * rows of a top_k of at most 256, others), so two cases sample rows again
  * in another launch and want the same ids exactly: the greedy edge rows
  * alone, and the rows of a sweep of one top_k beside a row of top_k 0.
+ * Refusals of bad rows; and a device fault left by an op before a
+ * sampling launch of each kernel, reported by that sampling.
  */
 #include <errno.h>
 #include <math.h>
@@ -556,6 +558,77 @@ static void sample_fault_check(struct op_run *r, const void *params, const void 
 
 static const struct op_family sample_fault = { NULL, sample_fault_run, sample_fault_check, true };
 
+/* A fault that an op before the sampling left on the device (an
+ * embedding's id past its table: cuda accepts it at the call and reports it
+ * at the next sync point) is reported by the sampling launch after it,
+ * whichever kernel samples (cuda's sampling kernels copy the fault word to
+ * the host themselves), and only there: the sync point after it and a
+ * second sampling have nothing to report. A backend that refuses the id at
+ * the call samples as usual. */
+enum sample_after { AFTER_GREEDY, AFTER_TOP_K, AFTER_FULL };
+
+struct sample_after_params {
+	enum sample_after kind;
+};
+
+struct sample_after_out {
+	int rc_embed, rc_sample, rc_sync, rc_again;
+	int32_t ids[2], again[2];
+};
+
+static void *sample_after_run(struct op_run *r, const void *params, const void *input,
+			      const struct op_backend *b)
+{
+	const struct sample_after_params *p = params;
+	struct sample_after_out *o = op_alloc(r, sizeof(*o));
+	const float l[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1 };
+	const float table[8 * 4] = { 0 };
+	const int32_t ids[2] = { 1, 8 }; /* 8: past the table's 8 rows */
+	struct kt_sample_row rows[2] = { { .temperature = 0.0f, .top_p = 1.0f, .u = 0.5f } };
+	struct kt_tensor t = op_tensor(r, b, KT_F32, 2, 8, l);
+	struct kt_tensor tab = op_tensor(r, b, KT_F32, 8, 4, table);
+	struct kt_tensor idt = op_tensor_raw(r, b, KT_I32, 2, 1, ids);
+	struct kt_tensor out = op_tensor(r, b, KT_F32, 2, 4, NULL);
+
+	if (p->kind != AFTER_GREEDY)
+		rows[0].temperature = 0.7f;
+	if (p->kind == AFTER_TOP_K)
+		rows[0].top_k = 4;
+	rows[1] = rows[0];
+	o->ids[0] = o->ids[1] = o->again[0] = o->again[1] = -7;
+	o->rc_embed = kt_embed(b->be, &out, &tab, &idt);
+	o->rc_sample = kt_sample(b->be, &t, rows, 2, o->ids);
+	o->rc_sync = kt_synchronize(b->be);
+	o->rc_again = kt_sample(b->be, &t, rows, 2, o->again);
+	return o;
+}
+
+static void sample_after_check(struct op_run *r, const void *params, const void *input,
+			       const void *got, const void *cpu)
+{
+	const struct sample_after_params *p = params;
+	const struct sample_after_out *g = got;
+	const int32_t argmax[2] = { 7, 0 };
+
+	if (g->rc_embed) {
+		op_check_rc(r, g->rc_embed, -EINVAL, "the id refused at the call");
+		op_check_rc(r, g->rc_sample, 0, "nothing pending: the sampling runs");
+	} else {
+		op_check_rc(r, g->rc_sample, -EINVAL,
+			    "the embedding's fault reported by the sampling after it");
+	}
+	op_check_rc(r, g->rc_sync, 0, "reported once: nothing at the next sync point");
+	op_check_rc(r, g->rc_again, 0, "a second sampling has nothing to report");
+	if (p->kind == AFTER_GREEDY)
+		op_check_ints(r, g->again, argmax, 2, "the second sampling's greedy ids");
+	else
+		op_check(r, g->again[0] >= 0 && g->again[0] < 8 && g->again[1] >= 0 &&
+				    g->again[1] < 8,
+			 "the second sampling's ids in range (%d, %d)", g->again[0], g->again[1]);
+}
+
+static const struct op_family sample_after = { NULL, sample_after_run, sample_after_check, true };
+
 #define SAMPLE(name, ...) \
 	{ name, "sample", &sample, &(const struct sample_params){ __VA_ARGS__ } }
 #define SWEEP(name, v, n, s, q, ...) \
@@ -635,6 +708,12 @@ static const struct op_case cases[] = {
 	FAULT("sample: u NaN", U_NAN),
 	FAULT("sample: rows other than n", ROWS_NOT_N),
 	FAULT("sample: logits of no columns", NO_COLUMNS),
+	{ "sample: a device fault before a greedy launch", "sample", &sample_after,
+	  &(const struct sample_after_params){ AFTER_GREEDY } },
+	{ "sample: a device fault before a top_k launch", "sample", &sample_after,
+	  &(const struct sample_after_params){ AFTER_TOP_K } },
+	{ "sample: a device fault before a full sampling launch", "sample", &sample_after,
+	  &(const struct sample_after_params){ AFTER_FULL } },
 };
 
 OP_LIST(ops_sample, cases);
