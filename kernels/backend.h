@@ -453,6 +453,17 @@ struct kt_ops {
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
 	int (*sample)(struct kt_backend *be, const struct kt_tensor *logits,
 		      const struct kt_sample_row *rows, int n, int32_t *ids);
+	/* Enqueue the greedy pick of every row of logits [n, V] f32 (n at most
+	 * kt_config.max_tokens or max_seqs, whichever is larger): its largest
+	 * logit's id, the lowest among equal ones, the id sample() gives a row
+	 * of temperature 0. Unlike sample() it does not wait, so a graph may
+	 * record it (cuda: its kernel then follows lm_head's under PDL instead
+	 * of being launched after the graph). */
+	int (*pick)(struct kt_backend *be, const struct kt_tensor *logits);
+	/* Wait for the last pick and copy the ids of its first n rows (n at
+	 * most its rows) to ids (host memory): the sync point of a step, as
+	 * sample() is; -EINVAL when n is more than any pick has. */
+	int (*picked)(struct kt_backend *be, int32_t *ids, int n);
 
 	/* Run record(ctx), which enqueues ops, as the graph called key: the
 	 * first call records the ops into a graph and replays it, later calls
@@ -709,6 +720,10 @@ static inline void kt_comm_close(struct kt_backend *be) { be->ops->comm_close(be
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }
+static inline int kt_pick(struct kt_backend *be, const struct kt_tensor *logits)
+{ return KT_OP(pick, logits); }
+static inline int kt_picked(struct kt_backend *be, int32_t *ids, int n)
+{ return KT_OP(picked, ids, n); }
 static inline int kt_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx),
 			   void *ctx) { return KT_OP(graph, key, record, ctx); }
 static inline int kt_copy(struct kt_backend *be, const struct kt_tensor *dst,

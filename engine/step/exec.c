@@ -6,7 +6,9 @@
  * costs the host microseconds while the device waits), runs the model (a
  * step of decode rows and short verifies whose rows all want logits replays
  * the CUDA graph of its bucket, padded with rows of the pad slot), samples
- * the out rows and downloads the kept logits.
+ * the out rows (a step whose sampled rows are all greedy picks them inside
+ * the forward pass, and its graph, with kt_pick) and downloads the kept
+ * logits.
  *
  * A command whose tables name host-tier slots (DESIGN §8) is laid out for
  * model_attend: each sequence's blocks up to its last host one are pieces
@@ -423,16 +425,22 @@ static int lay_out_staging(struct exec *x, const struct step_cmd *c)
 	return 0;
 }
 
-/* One forward pass as the graph of kt_graph records it. */
+/* One forward pass as the graph of kt_graph records it; with pick, the
+ * greedy pick of its logits rows too. */
 struct forward_args {
+	struct kt_backend *be;
 	struct model *model;
 	struct model_step s;
+	bool pick;
 };
 
 static int record_forward(void *ctx)
 {
 	struct forward_args *f = ctx;
-	return model_forward(f->model, &f->s);
+	int rc = model_forward(f->model, &f->s);
+	if (rc || !f->pick)
+		return rc;
+	return kt_pick(f->be, &f->s.logits);
 }
 
 /* The step's rows on the host: position and slot of every row, the decode
@@ -544,15 +552,18 @@ static int upload_rows(struct exec *x, struct model_step *s, int n_rows, int n_o
 			 (4 * n + (size_t)n_out) * sizeof *x->h_rows);
 }
 
-/* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits.
- * A step whose rows all run as decode rows (decodes and short verifies),
- * each giving logits, replays the graph of its bucket: padded with rows of
- * the pad slot to the bucket's row count. */
-static int forward(struct exec *x, const struct step_cmd *c)
+/* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits;
+ * with pick, enqueue their greedy pick (kt_pick) after it. A step whose
+ * rows all run as decode rows (decodes and short verifies), each giving
+ * logits, replays the graph of its bucket: padded with rows of the pad
+ * slot to the bucket's row count, the pick inside it. */
+static int forward(struct exec *x, const struct step_cmd *c, bool pick)
 {
 	int n_rows = c->n_rows, n_out = c->n_out, max_kv, rc;
 	struct forward_args f = {
+		.be = x->be,
 		.model = x->model,
+		.pick = pick,
 		.s = { .kcache = x->pool.kv.k, .vcache = x->pool.kv.v,
 		       .batch = { .block_size = x->geo.block_size, .block_tables = x->d_tables } },
 	};
@@ -592,8 +603,9 @@ static int forward(struct exec *x, const struct step_cmd *c)
 	if ((rc = upload_tables(x, c)) || (rc = upload_rows(x, &f.s, n_rows, n_out)))
 		return rc;
 	if (graph)
-		return kt_graph(x->be, (uint64_t)n_rows << 32 | (uint64_t)max_kv, record_forward,
-				&f);
+		return kt_graph(x->be,
+				(uint64_t)pick << 63 | (uint64_t)n_rows << 32 | (uint64_t)max_kv,
+				record_forward, &f);
 	return record_forward(&f);
 }
 
@@ -625,25 +637,33 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 	     size_t errlen)
 {
 	const char *be = x->be->info.backend;
-	bool sample = false;
+	bool sample = false, greedy = true;
 	int rc;
 
 	if ((rc = step_cmd_check(c, &x->lim, &x->geo, err, errlen))) {
 		atlas_errprefix(err, errlen, "step %llu", (unsigned long long)c->number);
 		return rc;
 	}
+	/* Steps whose sampled rows are all greedy pick them (kt_pick) as part
+	 * of the forward pass, the same ids as kt_sample. */
+	for (int i = 0; i < c->n_out; i++)
+		if (c->out[i].sample) {
+			sample = true;
+			greedy = greedy && c->out[i].params.temperature == 0.0f;
+		}
 	const uint64_t recorded = x->be->graphs_recorded;
-	if ((rc = forward(x, c)))
+	if ((rc = forward(x, c, sample && greedy)))
 		return atlas_errf(err, errlen, rc, "%s backend: forward pass failed (%s)", be,
 				  strerror(-rc));
-	for (int i = 0; i < c->n_out; i++)
-		sample |= c->out[i].sample;
-	if (sample) {
+	if (sample && greedy)
+		rc = kt_picked(x->be, x->tokens, c->n_out);
+	else if (sample) {
 		const struct kt_tensor logits = kt_rows(x->d_logits, 0, c->n_out);
-		if ((rc = kt_sample(x->be, &logits, x->sample, c->n_out, x->tokens)))
-			return atlas_errf(err, errlen, rc, "%s backend: sampling failed (%s)", be,
-					  strerror(-rc));
+		rc = kt_sample(x->be, &logits, x->sample, c->n_out, x->tokens);
 	}
+	if (rc)
+		return atlas_errf(err, errlen, rc, "%s backend: sampling failed (%s)", be,
+				  strerror(-rc));
 	for (int i = 0; i < c->n_out; i++)
 		if (!c->out[i].sample)
 			x->tokens[i] = -1;

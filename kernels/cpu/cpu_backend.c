@@ -96,6 +96,7 @@ static void cpu_close(struct kt_backend *be)
 	pthread_mutex_destroy(&cpu->lock);
 	free(cpu->scratch_mem);
 	free(cpu->scratch);
+	free(cpu->picks);
 	free(cpu);
 }
 
@@ -168,6 +169,8 @@ static const struct kt_ops cpu_ops = {
 	.allreduce = cpu_allreduce,
 	.comm_close = cpu_comm_close,
 	.sample = cpu_sample,
+	.pick = cpu_pick,
+	.picked = cpu_picked,
 	.graph = cpu_graph,
 	.copy = cpu_copy,
 	.memory = cpu_memory,
@@ -240,7 +243,13 @@ int kt_cpu_open(const struct kt_config *c, struct kt_backend **out, char *err, s
 	}
 	cpu->max_context = c->max_context;
 	cpu->max_head_dim = c->max_head_dim;
+	cpu->pick_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
 	pthread_mutex_init(&cpu->lock, NULL);
+	cpu->picks = calloc((size_t)(cpu->pick_cap > 0 ? cpu->pick_cap : 1), sizeof(*cpu->picks));
+	if (!cpu->picks) {
+		cpu_close(&cpu->base);
+		return atlas_errf(err, errlen, -ENOMEM, "backend cpu: out of memory");
+	}
 	if ((rc = set_kernels(cpu, c, err, errlen))) {
 		cpu_close(&cpu->base);
 		return rc;

@@ -84,6 +84,8 @@ struct cpu_backend {
 	struct cpu_ptrset owned;   /* allocations to free at kt_free or close */
 	uint64_t copies;           /* copy_async tickets handed out (each finishes at once) */
 	struct comm_socket *comm;  /* expert parallelism's communicator; NULL before comm_open */
+	int32_t *picks;            /* [pick_cap]: the last pick's ids (cpu_pick) */
+	int pick_cap;              /* max(max_tokens, max_seqs) of the config */
 };
 
 static inline struct cpu_backend *cpu_of(struct kt_backend *be)
@@ -245,5 +247,7 @@ int cpu_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out, const st
 		    const struct kt_tensor *g);
 int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	       const struct kt_sample_row *rows, int n, int32_t *ids);
+int cpu_pick(struct kt_backend *be, const struct kt_tensor *logits);
+int cpu_picked(struct kt_backend *be, int32_t *ids, int n);
 
 #endif

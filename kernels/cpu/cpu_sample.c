@@ -23,6 +23,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
 
@@ -236,5 +237,30 @@ int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	for (int i = 0; i < n; i++)
 		ids[i] = sample_row((const float *)logits->data + (int64_t)i * V, V, &rows[i],
 				    cpu_scratch_self(cpu)->cands);
+	return 0;
+}
+
+/* A pick is sample()'s row of temperature 0, done at once: picked() only
+ * copies it. */
+int cpu_pick(struct kt_backend *be, const struct kt_tensor *logits)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+	const int64_t n = logits ? logits->rows : 0, V = logits ? logits->cols : 0;
+
+	if (!cpu_valid(logits, KT_F32) || n > cpu->pick_cap || V < 1 || V > INT32_MAX)
+		return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) if (n > 1)
+	for (int64_t i = 0; i < n; i++)
+		cpu->picks[i] = argmax((const float *)logits->data + i * V, V);
+	return 0;
+}
+
+int cpu_picked(struct kt_backend *be, int32_t *ids, int n)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+
+	if (n < 0 || n > cpu->pick_cap || (n && !ids))
+		return -EINVAL;
+	memcpy(ids, cpu->picks, (size_t)n * sizeof(*ids));
 	return 0;
 }

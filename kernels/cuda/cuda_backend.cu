@@ -101,6 +101,8 @@ static const struct kt_ops cuda_ops = {
 	cuda_allreduce,
 	cuda_comm_end,
 	cuda_sample,
+	cuda_pick,
+	cuda_picked,
 	cuda_graph,
 	cuda_copy,
 	cuda_memory,

@@ -419,6 +419,8 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c);
 void cuda_attention_close(struct cuda_backend *cu);
 int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		const struct kt_sample_row *rows, int n, int32_t *ids);
+int cuda_pick(struct kt_backend *be, const struct kt_tensor *logits);
+int cuda_picked(struct kt_backend *be, int32_t *ids, int n);
 
 /* Mixture of experts (cuda_moe_route.cu, cuda_moe_matmul.cu,
  * cuda_moe_combine.cu). cuda_moe_open, at open after the stream exists,

@@ -341,7 +341,7 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 						 cu->stream));
 		}
 		if (greedy)
-			cuda_sample_greedy_launch(cu, l, V, m);
+			cuda_sample_greedy_launch(cu, l, V, m, false);
 		else if (topk)
 			cuda_sample_topk_launch(cu, l, V, m);
 		else
@@ -353,4 +353,35 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			memcpy(ids + r0, cu->ids_host, (size_t)m * sizeof(*ids));
 	}
 	return n ? rc : cuda_sync_point(cu);
+}
+
+/* greedy_kernel under PDL, not waited for: it writes the ids into ids_host
+ * itself, so picked() only waits. */
+int cuda_pick(struct kt_backend *be, const struct kt_tensor *logits)
+{
+	struct cuda_backend *cu = cu_of(be);
+	const int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
+
+	if (!cu_valid(logits, KT_F32) || logits->rows < 1 || logits->rows > cap ||
+	    logits->cols < 1 || logits->cols > SAMPLE_MAX_V)
+		return -EINVAL;
+	CU_CHECK(cu_enter(cu));
+	cuda_sample_greedy_launch(cu, (const float *)logits->data, logits->cols,
+				  (int)logits->rows, true);
+	CU_LAUNCHED();
+	return 0;
+}
+
+int cuda_picked(struct kt_backend *be, int32_t *ids, int n)
+{
+	struct cuda_backend *cu = cu_of(be);
+	int rc;
+
+	if (n < 0 || n > cu->sample_cap || (n && !ids))
+		return -EINVAL;
+	CU_CHECK(cu_enter(cu));
+	if ((rc = cuda_sync_published(cu)))
+		return rc;
+	memcpy(ids, cu->ids_host, (size_t)n * sizeof(*ids));
+	return 0;
 }

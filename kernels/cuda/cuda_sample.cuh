@@ -136,7 +136,11 @@ __device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint6
  * the launches of m rows of logits l [m, V] (ids and the fault word to sample_out_of(cu); topk's
  * requests in cu->rows_dev, at most CUDA_SAMPLE_TOPK_ROWS rows). */
 bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V);
-void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);
+/* pdl: launched under PDL (cuda_pdl.cuh) when cu->pdl, to follow the kernel
+ * before it (pick's: lm_head's) closely; sample's launches follow a graph or
+ * a copy and take the stream's plain order. */
+void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m,
+			       bool pdl);
 void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);
 
 #endif

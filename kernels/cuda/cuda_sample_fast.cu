@@ -23,6 +23,7 @@
  * each: about 0.6 ms a step at any batch (docs/perf.md).
  */
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_sample.cuh"
 
 /* Logits a block of the max pass reads at least: 4 loads of 16 bytes a
@@ -54,6 +55,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	uint64_t *rp = part + (int64_t)row * CUDA_SAMPLE_MAX_CHUNKS;
 	uint64_t best;
 
+	pdl_wait();
+	pdl_launch_dependents();
 	sample_publish_fault(out);
 	best = row_best(c, lo, red);
 	if (threadIdx.x == 0) {
@@ -253,15 +256,16 @@ bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V)
 	return true;
 }
 
-void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)
+void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m,
+			       bool pdl)
 {
 	/* the fewest chunks of at least SAMPLE_CHUNK_MIN, at most CUDA_SAMPLE_MAX_CHUNKS */
 	const int64_t per = (V + CUDA_SAMPLE_MAX_CHUNKS - 1) / CUDA_SAMPLE_MAX_CHUNKS;
 	const int64_t chunk = per > SAMPLE_CHUNK_MIN ? (per + 3) / 4 * 4 : SAMPLE_CHUNK_MIN;
 	const unsigned chunks = (unsigned)((V + chunk - 1) / chunk);
 
-	greedy_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-		l, V, chunk, sample_out_of(cu), cu->sample_part, cu->sample_count);
+	cu_launch(pdl && cu->pdl, greedy_kernel, dim3(chunks, (unsigned)m), dim3(SAMPLE_THREADS), 0,
+		  cu->stream, l, V, chunk, sample_out_of(cu), cu->sample_part, cu->sample_count);
 }
 
 void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)

@@ -70,7 +70,38 @@ struct sample_out {
 	int32_t *greedy;   /* edge rows: the greedy rows again, in a launch of their own */
 	int rc_mixed;
 	int32_t *mixed;    /* sweeps of one top_k: the rows again beside a row of top_k 0 */
+	int rc_pick, rc_picked, rc_graph, rc_graph_picked;
+	int32_t *picked;   /* greedy edge and tie rows: kt_pick's ids, then as a graph records it */
+	int32_t *graphed;
 };
+
+/* kt_pick as the ops of a graph (pick_in_graph). */
+struct pick_ctx {
+	struct kt_backend *be;
+	struct kt_tensor logits;
+};
+
+static int pick_record(void *ctx)
+{
+	const struct pick_ctx *c = ctx;
+
+	return kt_pick(c->be, &c->logits);
+}
+
+/* The greedy rows [0, n) of l picked (kt_pick, kt_picked), and again
+ * recorded in a graph and replayed, into o->picked and o->graphed. */
+static void pick_rows(struct op_run *r, const struct op_backend *b, const struct kt_tensor *l,
+		      int n, struct sample_out *o)
+{
+	struct pick_ctx c = { b->be, kt_rows(*l, 0, n) };
+
+	o->picked = op_ints(r, (size_t)n);
+	o->graphed = op_ints(r, (size_t)n);
+	o->rc_pick = kt_pick(b->be, &c.logits);
+	o->rc_picked = o->rc_pick ? o->rc_pick : kt_picked(b->be, o->picked, n);
+	o->rc_graph = kt_graph(b->be, op_case_key(r), pick_record, &c);
+	o->rc_graph_picked = o->rc_graph ? o->rc_graph : kt_picked(b->be, o->graphed, n);
+}
 
 /* The oracle: a row in rank order and the running masses of that order. */
 struct oracle {
@@ -387,7 +418,10 @@ static void *sample_run(struct op_run *r, const void *params, const void *input,
 
 		o->greedy = op_ints(r, EDGE_GREEDY_ROWS);
 		o->rc_greedy = kt_sample(b->be, &g, in->rows, EDGE_GREEDY_ROWS, o->greedy);
+		pick_rows(r, b, &l, EDGE_GREEDY_ROWS, o);
 	}
+	if (p->kind == SAMPLE_GREEDY_TIES)
+		pick_rows(r, b, &l, in->n, o);
 	if (p->kind == SAMPLE_SWEEP && p->top_k) {
 		/* the same rows and one more of top_k 0 (row 0's logits): a launch
 		 * that takes another kernel on cuda (one block a row, the radix
@@ -458,6 +492,16 @@ static void sample_check(struct op_run *r, const void *params, const void *input
 		op_check_rc(r, g->rc_greedy, 0, "sample runs the greedy rows alone");
 		op_check_ints(r, g->greedy, g->ids, EDGE_GREEDY_ROWS,
 			      "the greedy rows alone as beside the sampled ones");
+	}
+	if (p->kind == SAMPLE_GREEDY_EDGES || p->kind == SAMPLE_GREEDY_TIES) {
+		const int n = p->kind == SAMPLE_GREEDY_EDGES ? EDGE_GREEDY_ROWS : in->n;
+
+		op_check_rc(r, g->rc_pick, 0, "pick runs the greedy rows");
+		op_check_rc(r, g->rc_picked, 0, "picked reads them");
+		op_check_ints(r, g->picked, g->ids, (size_t)n, "pick's ids as sample's");
+		op_check_rc(r, g->rc_graph, 0, "pick runs in a graph");
+		op_check_rc(r, g->rc_graph_picked, 0, "picked reads the graph's");
+		op_check_ints(r, g->graphed, g->ids, (size_t)n, "the graph's picks as sample's");
 	}
 	if (p->kind == SAMPLE_DISTRIBUTION) {
 		check_distribution(r, p, in, g->ids);
@@ -565,7 +609,7 @@ static const struct op_family sample_fault = { NULL, sample_fault_run, sample_fa
  * the host themselves), and only there: the sync point after it and a
  * second sampling have nothing to report. A backend that refuses the id at
  * the call samples as usual. */
-enum sample_after { AFTER_GREEDY, AFTER_TOP_K, AFTER_FULL };
+enum sample_after { AFTER_GREEDY, AFTER_TOP_K, AFTER_FULL, AFTER_PICK };
 
 struct sample_after_params {
 	enum sample_after kind;
@@ -597,6 +641,15 @@ static void *sample_after_run(struct op_run *r, const void *params, const void *
 	rows[1] = rows[0];
 	o->ids[0] = o->ids[1] = o->again[0] = o->again[1] = -7;
 	o->rc_embed = kt_embed(b->be, &out, &tab, &idt);
+	if (p->kind == AFTER_PICK) {
+		/* the fault is reported where the pick is read */
+		o->rc_sample = kt_pick(b->be, &t);
+		o->rc_sample = o->rc_sample ? o->rc_sample : kt_picked(b->be, o->ids, 2);
+		o->rc_sync = kt_synchronize(b->be);
+		o->rc_again = kt_pick(b->be, &t);
+		o->rc_again = o->rc_again ? o->rc_again : kt_picked(b->be, o->again, 2);
+		return o;
+	}
 	o->rc_sample = kt_sample(b->be, &t, rows, 2, o->ids);
 	o->rc_sync = kt_synchronize(b->be);
 	o->rc_again = kt_sample(b->be, &t, rows, 2, o->again);
@@ -619,7 +672,7 @@ static void sample_after_check(struct op_run *r, const void *params, const void 
 	}
 	op_check_rc(r, g->rc_sync, 0, "reported once: nothing at the next sync point");
 	op_check_rc(r, g->rc_again, 0, "a second sampling has nothing to report");
-	if (p->kind == AFTER_GREEDY)
+	if (p->kind == AFTER_GREEDY || p->kind == AFTER_PICK)
 		op_check_ints(r, g->again, argmax, 2, "the second sampling's greedy ids");
 	else
 		op_check(r, g->again[0] >= 0 && g->again[0] < 8 && g->again[1] >= 0 &&
@@ -628,6 +681,44 @@ static void sample_after_check(struct op_run *r, const void *params, const void 
 }
 
 static const struct op_family sample_after = { NULL, sample_after_run, sample_after_check, true };
+
+/* pick refuses logits of no columns and more rows than max_tokens (and
+ * max_seqs); picked refuses more ids than that, and a negative count;
+ * nothing is left pending by a refusal. */
+struct pick_fault_out {
+	int rc_cols, rc_rows, rc_many, rc_negative, rc_sync;
+};
+
+static void *pick_fault_run(struct op_run *r, const void *params, const void *input,
+			    const struct op_backend *b)
+{
+	struct pick_fault_out *o = op_alloc(r, sizeof(*o));
+	const int n = OP_MAX_TOKENS + 44;
+	struct kt_tensor t = op_tensor(r, b, KT_F32, n, 8, NULL);
+	const struct kt_tensor none = kt_reshape(kt_rows(t, 0, 2), 2, 0);
+	int32_t *ids = op_ints(r, (size_t)n);
+
+	o->rc_cols = kt_pick(b->be, &none);
+	o->rc_rows = kt_pick(b->be, &t);
+	o->rc_many = kt_picked(b->be, ids, n);
+	o->rc_negative = kt_picked(b->be, ids, -1);
+	o->rc_sync = kt_synchronize(b->be);
+	return o;
+}
+
+static void pick_fault_check(struct op_run *r, const void *params, const void *input,
+			     const void *got, const void *cpu)
+{
+	const struct pick_fault_out *g = got;
+
+	op_check_rc(r, g->rc_cols, -EINVAL, "pick refuses logits of no columns");
+	op_check_rc(r, g->rc_rows, -EINVAL, "pick refuses more rows than a step has");
+	op_check_rc(r, g->rc_many, -EINVAL, "picked refuses more ids than a pick has");
+	op_check_rc(r, g->rc_negative, -EINVAL, "picked refuses a negative count");
+	op_check_rc(r, g->rc_sync, 0, "nothing to report at the sync point");
+}
+
+static const struct op_family pick_fault = { NULL, pick_fault_run, pick_fault_check, true };
 
 #define SAMPLE(name, ...) \
 	{ name, "sample", &sample, &(const struct sample_params){ __VA_ARGS__ } }
@@ -714,6 +805,9 @@ static const struct op_case cases[] = {
 	  &(const struct sample_after_params){ AFTER_TOP_K } },
 	{ "sample: a device fault before a full sampling launch", "sample", &sample_after,
 	  &(const struct sample_after_params){ AFTER_FULL } },
+	{ "sample: a device fault before a pick", "sample", &sample_after,
+	  &(const struct sample_after_params){ AFTER_PICK } },
+	{ "sample: pick refusals", "sample", &pick_fault, NULL },
 };
 
 OP_LIST(ops_sample, cases);
