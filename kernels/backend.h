@@ -453,7 +453,7 @@ struct kt_ops {
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
 	int (*sample)(struct kt_backend *be, const struct kt_tensor *logits,
 		      const struct kt_sample_row *rows, int n, int32_t *ids);
-	/* Enqueue the greedy pick of every row of logits [n, V] f32 (n at most
+	/* Enqueue the greedy pick of every row of logits [n, V] f32 (n from 1 to
 	 * kt_config.max_tokens or max_seqs, whichever is larger): its largest
 	 * logit's id, the lowest among equal ones, the id sample() gives a row
 	 * of temperature 0. Unlike sample() it does not wait, so a graph may
@@ -462,7 +462,8 @@ struct kt_ops {
 	int (*pick)(struct kt_backend *be, const struct kt_tensor *logits);
 	/* Wait for the last pick and copy the ids of its first n rows (n at
 	 * most its rows) to ids (host memory): the sync point of a step, as
-	 * sample() is; -EINVAL when n is more than any pick has. */
+	 * sample() is; -EINVAL when n is more than any pick has. No sample()
+	 * may come between the two (cuda's share the ids' buffer). */
 	int (*picked)(struct kt_backend *be, int32_t *ids, int n);
 
 	/* Run record(ctx), which enqueues ops, as the graph called key: the

@@ -247,7 +247,7 @@ int cpu_pick(struct kt_backend *be, const struct kt_tensor *logits)
 	struct cpu_backend *cpu = cpu_of(be);
 	const int64_t n = logits ? logits->rows : 0, V = logits ? logits->cols : 0;
 
-	if (!cpu_valid(logits, KT_F32) || n > cpu->pick_cap || V < 1 || V > INT32_MAX)
+	if (!cpu_valid(logits, KT_F32) || n < 1 || n > cpu->pick_cap || V < 1 || V > INT32_MAX)
 		return -EINVAL;
 #pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) if (n > 1)
 	for (int64_t i = 0; i < n; i++)

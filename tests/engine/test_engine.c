@@ -85,13 +85,27 @@ static void assert_same(struct gen a, struct gen b, const char *what)
 #define N_PROMPTS 4
 static const int prompt_len[N_PROMPTS] = { 37, 5, 90, 1 };
 
-/* Greedy continuations of N_PROMPTS prompts, all submitted at once. */
-static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
+/* Greedy continuations of N_PROMPTS prompts, all submitted at once; with
+ * sampled, beside one more session that samples (temperature 1.5) as many
+ * tokens, so that every step has a row above temperature 0. */
+static void run_batch_beside(struct atlas_engine *e, struct gen *out, int max_tokens,
+			     bool sampled)
 {
-	struct atlas_session *s[N_PROMPTS];
+	struct atlas_session *s[N_PROMPTS], *other = NULL;
 	char err[ATLAS_ERRLEN], name[16], mt[16];
 	int vocab = atlas_engine_vocab_size(e);
 	snprintf(mt, sizeof mt, "%d", max_tokens);
+	if (sampled) {
+		int32_t ids[7];
+		et_prompt_ids(ids, 7, 77u, vocab);
+		assert_int_equal(atlas_session_open(e, "sampled", &other, err, sizeof err), 0);
+		et_set(other, "mode", "raw");
+		et_set(other, "temperature", "1.5");
+		et_set(other, "seed", "5");
+		et_set(other, "max_tokens", mt);
+		et_set(other, "ignore_eos", "1");
+		assert_int_equal(atlas_session_submit_tokens(other, ids, 7, err, sizeof err), 1);
+	}
 	for (int i = 0; i < N_PROMPTS; i++) {
 		snprintf(name, sizeof name, "b%d", i);
 		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
@@ -113,6 +127,15 @@ static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
 		assert_int_equal(out[i].n, max_tokens);
 		atlas_session_close(s[i]);
 	}
+	if (other) {
+		assert_int_equal(et_wait_turn(other, 1, NULL, 0, 0), 0);
+		atlas_session_close(other);
+	}
+}
+
+static void run_batch(struct atlas_engine *e, struct gen *out, int max_tokens)
+{
+	run_batch_beside(e, out, max_tokens, false);
 }
 
 static struct gen reference[N_PROMPTS];
@@ -131,6 +154,21 @@ static void test_batched_equals_alone(void **state)
 	run_batch(e, g, 12);
 	for (int i = 0; i < N_PROMPTS; i++)
 		assert_same(g[i], reference[i], "batch of 4 vs alone");
+	free_gens(g, N_PROMPTS);
+	atlas_engine_close(e);
+}
+
+/* A step whose sampled rows are all greedy picks them in the forward pass
+ * (kt_pick, inside the graph on cuda); one with a row above temperature 0
+ * samples them all with kt_sample after it. Greedy rows get the same
+ * tokens either way. */
+static void test_greedy_beside_sampled_equals_alone(void **state)
+{
+	struct gen g[N_PROMPTS];
+	struct atlas_engine *e = open_engine(8, 256, 64ull << 20);
+	run_batch_beside(e, g, 12, true);
+	for (int i = 0; i < N_PROMPTS; i++)
+		assert_same(g[i], reference[i], "greedy beside a sampled row vs alone");
 	free_gens(g, N_PROMPTS);
 	atlas_engine_close(e);
 }
@@ -577,6 +615,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_batch_of_one_is_the_reference),
 		cmocka_unit_test(test_batched_equals_alone),
+		cmocka_unit_test(test_greedy_beside_sampled_equals_alone),
 		cmocka_unit_test(test_graphs_on_and_off_agree),
 		cmocka_unit_test(test_pdl_on_and_off_agree),
 		cmocka_unit_test(test_chunk_sizes_agree),

@@ -682,11 +682,11 @@ static void sample_after_check(struct op_run *r, const void *params, const void 
 
 static const struct op_family sample_after = { NULL, sample_after_run, sample_after_check, true };
 
-/* pick refuses logits of no columns and more rows than max_tokens (and
- * max_seqs); picked refuses more ids than that, and a negative count;
- * nothing is left pending by a refusal. */
+/* pick refuses logits of no columns, of no rows and of more rows than
+ * max_tokens (and max_seqs); picked refuses more ids than that, and a
+ * negative count; nothing is left pending by a refusal. */
 struct pick_fault_out {
-	int rc_cols, rc_rows, rc_many, rc_negative, rc_sync;
+	int rc_cols, rc_none, rc_rows, rc_many, rc_negative, rc_sync;
 };
 
 static void *pick_fault_run(struct op_run *r, const void *params, const void *input,
@@ -696,9 +696,11 @@ static void *pick_fault_run(struct op_run *r, const void *params, const void *in
 	const int n = OP_MAX_TOKENS + 44;
 	struct kt_tensor t = op_tensor(r, b, KT_F32, n, 8, NULL);
 	const struct kt_tensor none = kt_reshape(kt_rows(t, 0, 2), 2, 0);
+	const struct kt_tensor empty = kt_rows(t, 0, 0);
 	int32_t *ids = op_ints(r, (size_t)n);
 
 	o->rc_cols = kt_pick(b->be, &none);
+	o->rc_none = kt_pick(b->be, &empty);
 	o->rc_rows = kt_pick(b->be, &t);
 	o->rc_many = kt_picked(b->be, ids, n);
 	o->rc_negative = kt_picked(b->be, ids, -1);
@@ -712,6 +714,7 @@ static void pick_fault_check(struct op_run *r, const void *params, const void *i
 	const struct pick_fault_out *g = got;
 
 	op_check_rc(r, g->rc_cols, -EINVAL, "pick refuses logits of no columns");
+	op_check_rc(r, g->rc_none, -EINVAL, "pick refuses logits of no rows");
 	op_check_rc(r, g->rc_rows, -EINVAL, "pick refuses more rows than a step has");
 	op_check_rc(r, g->rc_many, -EINVAL, "picked refuses more ids than a pick has");
 	op_check_rc(r, g->rc_negative, -EINVAL, "picked refuses a negative count");
