@@ -58,8 +58,9 @@
  * so that the kernel a T takes never changes a bit. It takes a pending
  * norm of any number of tiles (its blocks norm the row once each, a grid
  * of two a multiprocessor), except at K of one k-block (bulk_takes) where
- * gemv_kernel takes it (up to GEMV_NORM_MAX_BLOCKS blocks; past that, an
- * lm_head, the bulk GEMV does), and matmul_swiglu's SwiGLU at any I. A
+ * gemv_kernel takes it (up to GEMV_NORM_MAX_BLOCKS blocks), and
+ * matmul_swiglu's SwiGLU at any I. A product of GEMV_WIDE_ROWS rows or
+ * more (an lm_head) stays on gemv_kernel, its norm launched apart. A
  * launch of an unnormed x whose blocks each stream more stages than its
  * ring of 4 holds (bulk_deep) stages x in shared memory where its rows fit
  * (bulk_stages_x), and otherwise gets a ring of 6.
@@ -142,6 +143,28 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
 
 /* Rows of x the bulk GEMV takes (cuda_gemv_bulk.cuh), on a device that has it. */
 #define GEMV_BULK_MAX_T 8
+
+/* Rows of w from which a product of up to GEMV_BULK_MAX_T rows of x stays
+ * on gemv_kernel, unnormed (a pending norm runs as its own launch first):
+ * an lm_head. There one block a tile, launched in order, reads w faster on
+ * an H200 than the bulk GEMV's persistent grid (the lab at one row:
+ * Qwen3-8B 4096 -> 151936 at 3,971 GB/s against 3,209-3,502; 0.6B 1024 ->
+ * 151936 at 3,746 against 3,310-3,397), which pays for the norm's launch:
+ * in the engine Qwen3-0.6B batch 1 gained 1.4 %, 8B batch 1 1.0 % and
+ * batch 8 1.1 %, 0.6B batch 8 level (docs/perf.md). Below it the bulk GEMV
+ * is level or ahead. */
+#define GEMV_WIDE_ROWS 65536
+
+/* Whether a product of these parts at T rows is that wide. */
+template <typename B>
+static bool gemv_wide(const gemv_parts<B> &parts, int T)
+{
+	int64_t rows = 0;
+
+	for (int i = 0; i < parts.n; i++)
+		rows += parts.N[i];
+	return T <= GEMV_BULK_MAX_T && rows >= GEMV_WIDE_ROWS;
+}
 
 /* Whether the bulk GEMV takes a product of T rows of x, normed (x one row
  * that the launch norms, cuda_gemv_norm.cuh) or not. A normed row of K of
@@ -234,7 +257,7 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
 	int64_t rows = 0;
 
 	static_assert(CUDA_GEMV_MAX_T <= 16, "gemv_kernel takes one token tile");
-	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value))
+	if (bulk_takes(cu, T, K, is_gemv_xs<XT>::value) && !gemv_wide(parts, T))
 		return launch_bulk(cu, parts, x, T, K);
 	for (int i = 0; i < parts.n; i++)
 		rows += parts.N[i];
@@ -456,15 +479,12 @@ static int launch_bias(struct cuda_backend *cu, int n, const struct kt_tensor *c
 		parts.bias[i] = biases && biases[i] ? (const B *)biases[i]->data : NULL;
 		parts.N[i] = (int)ws[i]->rows;
 	}
-	if (bulk_takes(cu, T, K, true) && cuda_norm_take(cu, x, &parts.norm))
+	const bool wide = gemv_wide(parts, T);
+
+	if (!wide && bulk_takes(cu, T, K, true) && cuda_norm_take(cu, x, &parts.norm))
 		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	if (gemv_blocks(parts, 1) <= GEMV_NORM_MAX_BLOCKS && cuda_norm_take(cu, x, &parts.norm))
 		return with_norm_row(K, [&](auto xs) { return launch_tt<2, 8>(cu, parts, xs, T, K); });
-	/* A row of one k-block with more blocks than gemv_kernel norms (an
-	 * lm_head): the bulk GEMV, whose persistent blocks norm it once each,
-	 * instead of a norm launch of its own before the product. */
-	if (bulk_takes(cu, T, K, false) && cuda_norm_take(cu, x, &parts.norm))
-		return with_norm_row(K, [&](auto xs) { return launch_bulk(cu, parts, xs, T, K); });
 	CU_CHECK(cu_enter(cu));
 	if (x->dtype == KT_BF16)
 		return launch(cu, parts, (const __nv_bfloat16 *)x->data, T, K);

@@ -15,10 +15,10 @@
  * products one after another, each reading out). Shapes: Qwen3-0.6B's and
  * 8B's hidden sizes, 2048 and 2560 (a thread's vectors partly used), 5120
  * (the widest the GEMV norms), 6144 (past it), products of more blocks
- * than cuda's gemv_kernel norms in (the bulk GEMV norms them on Hopper,
- * an lm_head's shape among them), 3 rows (no fusion), an f32 out, no residual (the
- * first layer), norm weights f32 and bf16. Against
- * the cpu: the products within 1e-2 of |y| + 1 (out is rounded to bf16,
+ * than cuda's gemv_kernel norms in (the bulk GEMV norms them on Hopper)
+ * and a vocabulary-wide one (the norm runs apart, GEMV_WIDE_ROWS), 3
+ * rows (no fusion), an f32 out, no residual (the first layer), norm
+ * weights f32 and bf16. Against the cpu: the products within 1e-2 of |y| + 1 (out is rounded to bf16,
  * where one rounding may fall the other way).
  */
 #include <errno.h>
@@ -289,6 +289,9 @@ static const struct op_case cases[] = {
 	   .product = NP_MATMUL, .T = 1, .K = 1024, .N = 8200, .residual = true),
 	NP("rmsnorm_product T=1 K=1024 N=40000, in a graph (an lm_head's shape)",
 	   .product = NP_MATMUL, .T = 1, .K = 1024, .N = 40000, .residual = true, .graph = true),
+	NP("rmsnorm_product T=1 K=1024 N=65544, in a graph (cuda: past GEMV_WIDE_ROWS, the norm "
+	   "apart, then gemv_kernel)",
+	   .product = NP_MATMUL, .T = 1, .K = 1024, .N = 65544, .residual = true, .graph = true),
 	NP("rmsnorm_product T=3 K=1024 N=512 (more than one row)", .product = NP_MATMUL, .T = 3,
 	   .K = 1024, .N = 512, .residual = true),
 	NP("rmsnorm_product T=1 K=1024 N=512, out f32", .product = NP_MATMUL, .T = 1, .K = 1024,
