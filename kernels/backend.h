@@ -152,6 +152,9 @@ static inline bool kt_kv_apart(const struct kt_batch *b, const struct kt_tensor 
 	return gap >= blk && gap <= span - blk;
 }
 
+/* Kinds of a draw (draw_rows): at most this many, 0 to KT_DRAW_KINDS - 1. */
+#define KT_DRAW_KINDS 4
+
 /* Per-row sampling request. temperature 0 means greedy (argmax, lowest id on ties). */
 struct kt_sample_row {
 	float temperature;
@@ -453,18 +456,28 @@ struct kt_ops {
 	 * with rows[i].u. Returns when ids are on the host: the sync point of a step. */
 	int (*sample)(struct kt_backend *be, const struct kt_tensor *logits,
 		      const struct kt_sample_row *rows, int n, int32_t *ids);
-	/* Enqueue the greedy pick of every row of logits [n, V] f32 (n from 1 to
-	 * kt_config.max_tokens or max_seqs, whichever is larger): its largest
-	 * logit's id, the lowest among equal ones, the id sample() gives a row
-	 * of temperature 0. Unlike sample() it does not wait, so a graph may
-	 * record it (cuda: its kernel then follows lm_head's under PDL instead
-	 * of being launched after the graph). */
-	int (*pick)(struct kt_backend *be, const struct kt_tensor *logits);
-	/* Wait for the last pick and copy the ids of its first n rows (n at
+	/* A draw: the ids sample() gives, enqueued without waiting, so that a
+	 * graph may record it (cuda: its kernels follow lm_head's under PDL
+	 * inside the step's graph, instead of being launched after it).
+	 * draw_rows stages the requests of the next draws: rows [n] (host
+	 * memory, copied; n from 1 to kt_config.max_tokens or max_seqs,
+	 * whichever is larger) for logits of V columns. It returns their kind,
+	 * 0 to KT_DRAW_KINDS - 1 (0: every row greedy; which kernels a draw of
+	 * them takes), on which a graph that records a draw must be keyed; or
+	 * -EINVAL where sample() would refuse them. Staging is not an op: a
+	 * graph's draw, replayed, reads the rows staged last, so they are
+	 * staged before the graph is replayed and not again until drawn() has
+	 * returned. */
+	int (*draw_rows)(struct kt_backend *be, const struct kt_sample_row *rows, int n,
+			 int64_t V);
+	/* Enqueue the draw of every row of logits [n, V] f32 with the staged
+	 * requests (the n and V they were staged for). */
+	int (*draw)(struct kt_backend *be, const struct kt_tensor *logits);
+	/* Wait for the last draw and copy the ids of its first n rows (n at
 	 * most its rows) to ids (host memory): the sync point of a step, as
-	 * sample() is; -EINVAL when n is more than any pick has. No sample()
-	 * may come between the two (cuda's share the ids' buffer). */
-	int (*picked)(struct kt_backend *be, int32_t *ids, int n);
+	 * sample() is; -EINVAL when n is more than any draw has. No sample()
+	 * may come between a draw and drawn() (cuda's share the ids' buffer). */
+	int (*drawn)(struct kt_backend *be, int32_t *ids, int n);
 
 	/* Run record(ctx), which enqueues ops, as the graph called key: the
 	 * first call records the ops into a graph and replays it, later calls
@@ -721,10 +734,13 @@ static inline void kt_comm_close(struct kt_backend *be) { be->ops->comm_close(be
 static inline int kt_sample(struct kt_backend *be, const struct kt_tensor *logits,
 			    const struct kt_sample_row *rows, int n, int32_t *ids)
 { return KT_OP(sample, logits, rows, n, ids); }
-static inline int kt_pick(struct kt_backend *be, const struct kt_tensor *logits)
-{ return KT_OP(pick, logits); }
-static inline int kt_picked(struct kt_backend *be, int32_t *ids, int n)
-{ return KT_OP(picked, ids, n); }
+static inline int kt_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n,
+			       int64_t V)
+{ return KT_OP(draw_rows, rows, n, V); }
+static inline int kt_draw(struct kt_backend *be, const struct kt_tensor *logits)
+{ return KT_OP(draw, logits); }
+static inline int kt_drawn(struct kt_backend *be, int32_t *ids, int n)
+{ return KT_OP(drawn, ids, n); }
 static inline int kt_graph(struct kt_backend *be, uint64_t key, int (*record)(void *ctx),
 			   void *ctx) { return KT_OP(graph, key, record, ctx); }
 static inline int kt_copy(struct kt_backend *be, const struct kt_tensor *dst,

@@ -6,9 +6,8 @@
  * costs the host microseconds while the device waits), runs the model (a
  * step of decode rows and short verifies whose rows all want logits replays
  * the CUDA graph of its bucket, padded with rows of the pad slot), samples
- * the out rows (a step whose sampled rows are all greedy picks them inside
- * the forward pass, and its graph, with kt_pick) and downloads the kept
- * logits.
+ * the out rows inside the forward pass, and its graph (kt_draw_rows before
+ * it, kt_draw in it, kt_drawn after it), and downloads the kept logits.
  *
  * A command whose tables name host-tier slots (DESIGN §8) is laid out for
  * model_attend: each sequence's blocks up to its last host one are pieces
@@ -425,22 +424,22 @@ static int lay_out_staging(struct exec *x, const struct step_cmd *c)
 	return 0;
 }
 
-/* One forward pass as the graph of kt_graph records it; with pick, the
- * greedy pick of its logits rows too. */
+/* One forward pass as the graph of kt_graph records it; with draw, the
+ * draw of its logits rows (kt_draw, the requests staged before) too. */
 struct forward_args {
 	struct kt_backend *be;
 	struct model *model;
 	struct model_step s;
-	bool pick;
+	bool draw;
 };
 
 static int record_forward(void *ctx)
 {
 	struct forward_args *f = ctx;
 	int rc = model_forward(f->model, &f->s);
-	if (rc || !f->pick)
+	if (rc || !f->draw)
 		return rc;
-	return kt_pick(f->be, &f->s.logits);
+	return kt_draw(f->be, &f->s.logits);
 }
 
 /* The step's rows on the host: position and slot of every row, the decode
@@ -472,9 +471,12 @@ static void lay_out(struct exec *x, const struct step_cmd *c, struct kt_batch *b
 	b->n_segments = n;
 	b->segments = x->segments;
 	memcpy(x->ids, c->ids, (size_t)c->n_rows * sizeof *x->ids);
+	/* a row that does not sample draws as a greedy one: its id is dropped,
+	 * and the draw's kind is its sampled rows' */
 	for (int i = 0; i < c->n_out; i++) {
 		x->out_rows[i] = c->out[i].row;
-		x->sample[i] = c->out[i].params;
+		x->sample[i] = c->out[i].sample ? c->out[i].params
+						: (struct kt_sample_row){ .top_p = 1.0f };
 	}
 }
 
@@ -553,17 +555,18 @@ static int upload_rows(struct exec *x, struct model_step *s, int n_rows, int n_o
 }
 
 /* Upload the rows, run the model, leave logits [n_out, vocab] in d_logits;
- * with pick, enqueue their greedy pick (kt_pick) after it. A step whose
- * rows all run as decode rows (decodes and short verifies), each giving
- * logits, replays the graph of its bucket: padded with rows of the pad
- * slot to the bucket's row count, the pick inside it. */
-static int forward(struct exec *x, const struct step_cmd *c, bool pick)
+ * with draw, stage the rows' sampling requests and enqueue their draw
+ * (kt_draw) after it. A step whose rows all run as decode rows (decodes
+ * and short verifies), each giving logits, replays the graph of its
+ * bucket and of its draw's kind: padded with rows of the pad slot (greedy
+ * requests) to the bucket's row count, the draw inside it. */
+static int forward(struct exec *x, const struct step_cmd *c, bool draw)
 {
-	int n_rows = c->n_rows, n_out = c->n_out, max_kv, rc;
+	int n_rows = c->n_rows, n_out = c->n_out, max_kv, rc, kind = 0;
 	struct forward_args f = {
 		.be = x->be,
 		.model = x->model,
-		.pick = pick,
+		.draw = draw,
 		.s = { .kcache = x->pool.kv.k, .vcache = x->pool.kv.v,
 		       .batch = { .block_size = x->geo.block_size, .block_tables = x->d_tables } },
 	};
@@ -588,6 +591,8 @@ static int forward(struct exec *x, const struct step_cmd *c, bool pick)
 			x->stslot[i] = x->pad_state;
 			x->out_rows[i] = i;
 		}
+		for (int i = n_out; i < padded; i++)
+			x->sample[i] = (struct kt_sample_row){ .top_p = 1.0f };
 		n_rows = n_out = f.s.batch.n_single = padded;
 		max_kv = graph_kv(x, max_kv);
 	}
@@ -602,9 +607,12 @@ static int forward(struct exec *x, const struct step_cmd *c, bool pick)
 		f.s.state = x->pool.state.layers;
 	if ((rc = upload_tables(x, c)) || (rc = upload_rows(x, &f.s, n_rows, n_out)))
 		return rc;
+	if (draw && (kind = kt_draw_rows(x->be, x->sample, n_out, x->geo.vocab)) < 0)
+		return kind;
 	if (graph)
 		return kt_graph(x->be,
-				(uint64_t)pick << 63 | (uint64_t)n_rows << 32 | (uint64_t)max_kv,
+				(uint64_t)(draw ? 1 + kind : 0) << 61 | (uint64_t)n_rows << 32 |
+					(uint64_t)max_kv,
 				record_forward, &f);
 	return record_forward(&f);
 }
@@ -637,31 +645,22 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 	     size_t errlen)
 {
 	const char *be = x->be->info.backend;
-	bool sample = false, greedy = true;
+	bool sample = false;
 	int rc;
 
 	if ((rc = step_cmd_check(c, &x->lim, &x->geo, err, errlen))) {
 		atlas_errprefix(err, errlen, "step %llu", (unsigned long long)c->number);
 		return rc;
 	}
-	/* Steps whose sampled rows are all greedy pick them (kt_pick) as part
-	 * of the forward pass, the same ids as kt_sample. */
+	/* A step with sampled rows draws them (kt_draw) as part of its forward
+	 * pass, and of its graph: the ids kt_sample gives. */
 	for (int i = 0; i < c->n_out; i++)
-		if (c->out[i].sample) {
-			sample = true;
-			greedy = greedy && c->out[i].params.temperature == 0.0f;
-		}
+		sample = sample || c->out[i].sample;
 	const uint64_t recorded = x->be->graphs_recorded;
-	if ((rc = forward(x, c, sample && greedy)))
+	if ((rc = forward(x, c, sample)))
 		return atlas_errf(err, errlen, rc, "%s backend: forward pass failed (%s)", be,
 				  strerror(-rc));
-	if (sample && greedy)
-		rc = kt_picked(x->be, x->tokens, c->n_out);
-	else if (sample) {
-		const struct kt_tensor logits = kt_rows(x->d_logits, 0, c->n_out);
-		rc = kt_sample(x->be, &logits, x->sample, c->n_out, x->tokens);
-	}
-	if (rc)
+	if (sample && (rc = kt_drawn(x->be, x->tokens, c->n_out)))
 		return atlas_errf(err, errlen, rc, "%s backend: sampling failed (%s)", be,
 				  strerror(-rc));
 	for (int i = 0; i < c->n_out; i++)

@@ -96,7 +96,8 @@ static void cpu_close(struct kt_backend *be)
 	pthread_mutex_destroy(&cpu->lock);
 	free(cpu->scratch_mem);
 	free(cpu->scratch);
-	free(cpu->picks);
+	free(cpu->draw_req);
+	free(cpu->drawn_ids);
 	free(cpu);
 }
 
@@ -169,8 +170,9 @@ static const struct kt_ops cpu_ops = {
 	.allreduce = cpu_allreduce,
 	.comm_close = cpu_comm_close,
 	.sample = cpu_sample,
-	.pick = cpu_pick,
-	.picked = cpu_picked,
+	.draw_rows = cpu_draw_rows,
+	.draw = cpu_draw,
+	.drawn = cpu_drawn,
 	.graph = cpu_graph,
 	.copy = cpu_copy,
 	.memory = cpu_memory,
@@ -243,10 +245,12 @@ int kt_cpu_open(const struct kt_config *c, struct kt_backend **out, char *err, s
 	}
 	cpu->max_context = c->max_context;
 	cpu->max_head_dim = c->max_head_dim;
-	cpu->pick_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
+	cpu->draw_cap = c->max_tokens > c->max_seqs ? c->max_tokens : c->max_seqs;
 	pthread_mutex_init(&cpu->lock, NULL);
-	cpu->picks = calloc((size_t)(cpu->pick_cap > 0 ? cpu->pick_cap : 1), sizeof(*cpu->picks));
-	if (!cpu->picks) {
+	const size_t draw_rows = (size_t)(cpu->draw_cap > 0 ? cpu->draw_cap : 1);
+	cpu->draw_req = calloc(draw_rows, sizeof(*cpu->draw_req));
+	cpu->drawn_ids = calloc(draw_rows, sizeof(*cpu->drawn_ids));
+	if (!cpu->draw_req || !cpu->drawn_ids) {
 		cpu_close(&cpu->base);
 		return atlas_errf(err, errlen, -ENOMEM, "backend cpu: out of memory");
 	}

@@ -84,8 +84,11 @@ struct cpu_backend {
 	struct cpu_ptrset owned;   /* allocations to free at kt_free or close */
 	uint64_t copies;           /* copy_async tickets handed out (each finishes at once) */
 	struct comm_socket *comm;  /* expert parallelism's communicator; NULL before comm_open */
-	int32_t *picks;            /* [pick_cap]: the last pick's ids (cpu_pick) */
-	int pick_cap;              /* max(max_tokens, max_seqs) of the config */
+	struct kt_sample_row *draw_req; /* [draw_cap]: the staged requests (cpu_draw_rows) */
+	int32_t *drawn_ids;        /* [draw_cap]: the last draw's ids (cpu_draw) */
+	int draw_cap;              /* max(max_tokens, max_seqs) of the config */
+	int draw_n;                /* rows staged, 0 before any */
+	int64_t draw_v;            /* columns of the logits they were staged for */
 };
 
 static inline struct cpu_backend *cpu_of(struct kt_backend *be)
@@ -247,7 +250,8 @@ int cpu_sigmoid_mul(struct kt_backend *be, const struct kt_tensor *out, const st
 		    const struct kt_tensor *g);
 int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	       const struct kt_sample_row *rows, int n, int32_t *ids);
-int cpu_pick(struct kt_backend *be, const struct kt_tensor *logits);
-int cpu_picked(struct kt_backend *be, int32_t *ids, int n);
+int cpu_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n, int64_t V);
+int cpu_draw(struct kt_backend *be, const struct kt_tensor *logits);
+int cpu_drawn(struct kt_backend *be, int32_t *ids, int n);
 
 #endif

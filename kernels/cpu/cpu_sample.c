@@ -240,27 +240,47 @@ int cpu_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	return 0;
 }
 
-/* A pick is sample()'s row of temperature 0, done at once: picked() only
- * copies it. */
-int cpu_pick(struct kt_backend *be, const struct kt_tensor *logits)
+/* A draw is sample() of the staged requests, done at once: drawn() only
+ * copies its ids. */
+int cpu_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n, int64_t V)
 {
 	struct cpu_backend *cpu = cpu_of(be);
-	const int64_t n = logits ? logits->rows : 0, V = logits ? logits->cols : 0;
+	bool greedy = true;
 
-	if (!cpu_valid(logits, KT_F32) || n < 1 || n > cpu->pick_cap || V < 1 || V > INT32_MAX)
+	if (n < 1 || n > cpu->draw_cap || !rows || V < 1 || V > INT32_MAX)
 		return -EINVAL;
-#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) if (n > 1)
-	for (int64_t i = 0; i < n; i++)
-		cpu->picks[i] = argmax((const float *)logits->data + i * V, V);
+	for (int i = 0; i < n; i++) {
+		if (!row_ok(&rows[i]))
+			return -EINVAL;
+		greedy = greedy && rows[i].temperature == 0.0f;
+	}
+	memcpy(cpu->draw_req, rows, (size_t)n * sizeof(*rows));
+	cpu->draw_n = n;
+	cpu->draw_v = V;
+	return greedy ? 0 : 1;
+}
+
+int cpu_draw(struct kt_backend *be, const struct kt_tensor *logits)
+{
+	struct cpu_backend *cpu = cpu_of(be);
+
+	if (!cpu_valid(logits, KT_F32) || cpu->draw_n < 1 || logits->rows != cpu->draw_n ||
+	    logits->cols != cpu->draw_v)
+		return -EINVAL;
+#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) if (cpu->draw_n > 1)
+	for (int i = 0; i < cpu->draw_n; i++)
+		cpu->drawn_ids[i] = sample_row((const float *)logits->data + (int64_t)i * cpu->draw_v,
+					       cpu->draw_v, &cpu->draw_req[i],
+					       cpu_scratch_self(cpu)->cands);
 	return 0;
 }
 
-int cpu_picked(struct kt_backend *be, int32_t *ids, int n)
+int cpu_drawn(struct kt_backend *be, int32_t *ids, int n)
 {
 	struct cpu_backend *cpu = cpu_of(be);
 
-	if (n < 0 || n > cpu->pick_cap || (n && !ids))
+	if (n < 0 || n > cpu->draw_n || (n && !ids))
 		return -EINVAL;
-	memcpy(ids, cpu->picks, (size_t)n * sizeof(*ids));
+	memcpy(ids, cpu->drawn_ids, (size_t)n * sizeof(*ids));
 	return 0;
 }

@@ -4,7 +4,7 @@
  * Open makes kt_config.device current, checks that this build's kernels run
  * on it, and creates everything the ops need so that they never allocate: the
  * stream, a cuBLAS handle bound to it with its own workspace, the fault word,
- * the pinned and device buffers of sample, a first matmul workspace
+ * the pinned and device buffers of sample and draw, a first matmul workspace
  * (max_tokens rows of CUDA_XBF16_MIN_COLS, grown by weight()), the split
  * partials of decode attention and moe_route's chunk counts. Close also
  * destroys the NCCL communicator of comm_open.
@@ -64,6 +64,7 @@ static void cuda_close(struct kt_backend *be)
 	CU_WARN(cudaFree(cu->norm_count));
 	CU_WARN(cudaFreeHost(cu->fault_host));
 	CU_WARN(cudaFreeHost(cu->rows_host));
+	CU_WARN(cudaFreeHost(cu->draw_host));
 	CU_WARN(cudaFreeHost(cu->ids_host));
 	if (cu->stream)
 		CU_WARN(cudaStreamDestroy(cu->stream));
@@ -101,8 +102,9 @@ static const struct kt_ops cuda_ops = {
 	cuda_allreduce,
 	cuda_comm_end,
 	cuda_sample,
-	cuda_pick,
-	cuda_picked,
+	cuda_draw_rows,
+	cuda_draw,
+	cuda_drawn,
 	cuda_graph,
 	cuda_copy,
 	cuda_memory,
@@ -173,6 +175,8 @@ static cudaError_t make_resources(struct cuda_backend *cu, const char **what)
 	STEP(cudaHostAlloc((void **)&cu->fault_host, sizeof(*cu->fault_host), cudaHostAllocMapped));
 	STEP(cudaHostGetDevicePointer((void **)&cu->fault_map, cu->fault_host, 0));
 	STEP(cudaMallocHost((void **)&cu->rows_host, rows_bytes));
+	STEP(cudaHostAlloc((void **)&cu->draw_host, rows_bytes, cudaHostAllocMapped));
+	STEP(cudaHostGetDevicePointer((void **)&cu->draw_map, cu->draw_host, 0));
 	STEP(cudaHostAlloc((void **)&cu->ids_host, ids_bytes, cudaHostAllocMapped));
 	STEP(cudaHostGetDevicePointer((void **)&cu->ids_map, cu->ids_host, 0));
 	STEP(cudaMalloc((void **)&cu->rows_dev, rows_bytes));

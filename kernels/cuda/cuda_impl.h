@@ -133,6 +133,10 @@ struct cuda_backend {
 	int32_t *ids_host;          /* [sample_cap] pinned, mapped: sampled ids */
 	int32_t *ids_map;           /* ids_host as sampling's kernels write it */
 	int sample_cap;             /* rows per sampling launch (more run in chunks) */
+	struct kt_sample_row *draw_host; /* [sample_cap] pinned, mapped: a draw's staged requests */
+	struct kt_sample_row *draw_map;  /* draw_host as the draw's kernels read it */
+	int draw_n, draw_kind;      /* rows staged (0 before any) and their kind (cuda_sample.cu) */
+	int64_t draw_v;             /* columns of the logits they were staged for */
 	uint64_t *sample_part;      /* device [sample_cap, CUDA_SAMPLE_MAX_CHUNKS]: a row's chunk maxima */
 	unsigned *sample_count;     /* device [sample_cap]: a row's chunks done, 0 at rest */
 	uint64_t *sample_cand;      /* device [CUDA_SAMPLE_TOPK_ROWS, CUDA_SAMPLE_TOPK_CAND]:
@@ -419,8 +423,9 @@ int cuda_attention_open(struct cuda_backend *cu, const struct kt_config *c);
 void cuda_attention_close(struct cuda_backend *cu);
 int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		const struct kt_sample_row *rows, int n, int32_t *ids);
-int cuda_pick(struct kt_backend *be, const struct kt_tensor *logits);
-int cuda_picked(struct kt_backend *be, int32_t *ids, int n);
+int cuda_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n, int64_t V);
+int cuda_draw(struct kt_backend *be, const struct kt_tensor *logits);
+int cuda_drawn(struct kt_backend *be, int32_t *ids, int n);
 
 /* Mixture of experts (cuda_moe_route.cu, cuda_moe_matmul.cu,
  * cuda_moe_combine.cu). cuda_moe_open, at open after the stream exists,

@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_pdl.cuh"
 #include "kernels/cuda/cuda_sample.cuh"
 
 /* A prefix of rank order: all tokens when !bounded, else every token with
@@ -281,12 +282,14 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	sample_kernel(const float *logits, int64_t V, const kt_sample_row *rows, sample_out out)
 {
 	__shared__ sample_shared sh;
-	const kt_sample_row q = rows[blockIdx.x];
+	const kt_sample_row q = rows[blockIdx.x]; /* the host's, not the kernel before's */
 	const float *l = logits + blockIdx.x * V;
 	row_ctx r = { l, V, V % 4 == 0 && (uintptr_t)l % 16 == 0, 0.0f, q.temperature };
 	uint64_t best;
 	int32_t id;
 
+	pdl_wait();
+	pdl_launch_dependents();
 	sample_publish_fault(out);
 	best = row_best(r, 0, sh.u64);
 	if (q.temperature == 0.0f) {
@@ -343,7 +346,7 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		if (greedy)
 			cuda_sample_greedy_launch(cu, l, V, m, false);
 		else if (topk)
-			cuda_sample_topk_launch(cu, l, V, m);
+			cuda_sample_topk_launch(cu, l, V, m, cu->rows_dev, false);
 		else
 			sample_kernel<<<(unsigned)m, SAMPLE_THREADS, 0, cu->stream>>>(
 				l, V, cu->rows_dev, sample_out_of(cu));
@@ -355,29 +358,66 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	return n ? rc : cuda_sync_point(cu);
 }
 
-/* greedy_kernel under PDL, not waited for: it writes the ids into ids_host
- * itself, so picked() only waits. */
-int cuda_pick(struct kt_backend *be, const struct kt_tensor *logits)
+/* A draw's kinds: its rows' kernels, as sample() picks them for the same
+ * rows; topk_kernel's only up to the rows of its candidates' buffer, past
+ * them sample_kernel, whose ids are the same (the top of this file). */
+enum draw_kind { DRAW_GREEDY, DRAW_TOPK, DRAW_FULL };
+
+int cuda_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n, int64_t V)
 {
 	struct cuda_backend *cu = cu_of(be);
 	const int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
+	bool greedy = true;
 
-	if (!cu_valid(logits, KT_F32) || logits->rows < 1 || logits->rows > cap ||
-	    logits->cols < 1 || logits->cols > SAMPLE_MAX_V)
+	if (n < 1 || n > cap || !rows || V < 1 || V > SAMPLE_MAX_V)
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (!row_ok(&rows[i]))
+			return -EINVAL;
+		greedy = greedy && rows[i].temperature == 0.0f;
+	}
+	memcpy(cu->draw_host, rows, (size_t)n * sizeof(*rows));
+	cu->draw_n = n;
+	cu->draw_v = V;
+	cu->draw_kind = greedy ? DRAW_GREEDY
+			: n <= CUDA_SAMPLE_TOPK_ROWS && cuda_sample_topk_takes(rows, n, V) ? DRAW_TOPK
+											: DRAW_FULL;
+	static_assert(DRAW_FULL < KT_DRAW_KINDS, "a draw's kind fits a graph's key");
+	return cu->draw_kind;
+}
+
+/* The draw's kernels under PDL, not waited for: they read the staged
+ * requests through draw_map (before their wait: the host wrote them before
+ * the launch) and write the ids into ids_host themselves, so drawn() only
+ * waits. */
+int cuda_draw(struct kt_backend *be, const struct kt_tensor *logits)
+{
+	struct cuda_backend *cu = cu_of(be);
+	const int m = cu->draw_n;
+
+	if (!cu_valid(logits, KT_F32) || m < 1 || logits->rows != m || logits->cols != cu->draw_v)
 		return -EINVAL;
 	CU_CHECK(cu_enter(cu));
-	cuda_sample_greedy_launch(cu, (const float *)logits->data, logits->cols,
-				  (int)logits->rows, true);
+	const float *l = (const float *)logits->data;
+	const int64_t V = logits->cols;
+
+	if (cu->draw_kind == DRAW_GREEDY)
+		cuda_sample_greedy_launch(cu, l, V, m, true);
+	else if (cu->draw_kind == DRAW_TOPK)
+		cuda_sample_topk_launch(cu, l, V, m, cu->draw_map, true);
+	else
+		cu_launch(cu->pdl, sample_kernel, dim3((unsigned)m), dim3(SAMPLE_THREADS), 0,
+			  cu->stream, l, V, (const kt_sample_row *)cu->draw_map, sample_out_of(cu));
 	CU_LAUNCHED();
 	return 0;
 }
 
-int cuda_picked(struct kt_backend *be, int32_t *ids, int n)
+int cuda_drawn(struct kt_backend *be, int32_t *ids, int n)
 {
 	struct cuda_backend *cu = cu_of(be);
 	int rc;
 
-	if (n < 0 || n > cu->sample_cap || (n && !ids))
+	if (n < 0 || n > cu->draw_n || (n && !ids))
 		return -EINVAL;
 	CU_CHECK(cu_enter(cu));
 	if ((rc = cuda_sync_published(cu)))

@@ -45,9 +45,9 @@ __device__ __forceinline__ float key_logit(uint32_t k)
  * it: in an H100 trace of Qwen3-0.6B at batch 1 (2026-12-02) the two copies
  * after the greedy kernel ended its step about 8 us later, 4.8 of them
  * from the kernel's end to the first copy (docs/perf.md). The sync point
- * reads the fault word the kernel left (cuda_sync_published). Sampling launches keep the stream's ordinary
- * order (no PDL), so every op before one has finished when it starts and
- * the fault word it reads is final. */
+ * reads the fault word the kernel left (cuda_sync_published). A sampling
+ * kernel reads the word after its PDL wait, so every op before it has
+ * finished and the word is final. */
 struct sample_out {
 	int32_t *ids;          /* [m], cu->ids_map */
 	const unsigned *fault; /* cu->fault */
@@ -133,14 +133,16 @@ __device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint6
 
 /* cuda_sample_fast.cu: whether rows [0, n) take topk_kernel (each greedy,
  * or of a top_k of at most TOPK_MAX_K whose chunks' candidates fit), and
- * the launches of m rows of logits l [m, V] (ids and the fault word to sample_out_of(cu); topk's
- * requests in cu->rows_dev, at most CUDA_SAMPLE_TOPK_ROWS rows). */
+ * the launches of m rows of logits l [m, V] (ids and the fault word to
+ * sample_out_of(cu); topk's requests in rows, device-readable, at most
+ * CUDA_SAMPLE_TOPK_ROWS rows). pdl: launched under PDL (cuda_pdl.cuh) when
+ * cu->pdl, to follow the kernel before it (a draw's: lm_head's) closely;
+ * sample's launches follow a graph or a copy and take the stream's plain
+ * order. */
 bool cuda_sample_topk_takes(const struct kt_sample_row *rows, int n, int64_t V);
-/* pdl: launched under PDL (cuda_pdl.cuh) when cu->pdl, to follow the kernel
- * before it (pick's: lm_head's) closely; sample's launches follow a graph or
- * a copy and take the stream's plain order. */
 void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t V, int m,
 			       bool pdl);
-void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m);
+void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m,
+			     const struct kt_sample_row *rows, bool pdl);
 
 #endif

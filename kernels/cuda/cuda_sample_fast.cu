@@ -209,13 +209,15 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	__shared__ int count_in;
 	__shared__ bool last;
 	const int row = blockIdx.y;
-	const kt_sample_row q = rows[row];
+	const kt_sample_row q = rows[row]; /* the host's, not the kernel before's */
 	const int k = q.temperature > 0.0f ? q.top_k : 1;
 	const int64_t lo = (int64_t)blockIdx.x * TOPK_CHUNK;
 	const float *l = logits + row * V;
 	uint64_t *rc = cand + (int64_t)row * TOPK_CAND;
 
 	static_assert(TOPK_CHUNK <= TOPK_CAND, "a chunk sorts in the row's buffer");
+	pdl_wait();
+	pdl_launch_dependents();
 	sample_publish_fault(out);
 	topk_desc(v, TOPK_CHUNK, k, maxes, &count_in, [&](int i) {
 		return lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
@@ -268,10 +270,11 @@ void cuda_sample_greedy_launch(struct cuda_backend *cu, const float *l, int64_t 
 		  cu->stream, l, V, chunk, sample_out_of(cu), cu->sample_part, cu->sample_count);
 }
 
-void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m)
+void cuda_sample_topk_launch(struct cuda_backend *cu, const float *l, int64_t V, int m,
+			     const struct kt_sample_row *rows, bool pdl)
 {
 	const unsigned chunks = (unsigned)((V + TOPK_CHUNK - 1) / TOPK_CHUNK);
 
-	topk_kernel<<<dim3(chunks, (unsigned)m), SAMPLE_THREADS, 0, cu->stream>>>(
-		l, V, cu->rows_dev, sample_out_of(cu), cu->sample_cand, cu->sample_count);
+	cu_launch(pdl && cu->pdl, topk_kernel, dim3(chunks, (unsigned)m), dim3(SAMPLE_THREADS), 0,
+		  cu->stream, l, V, rows, sample_out_of(cu), cu->sample_cand, cu->sample_count);
 }

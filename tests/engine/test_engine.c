@@ -158,10 +158,10 @@ static void test_batched_equals_alone(void **state)
 	atlas_engine_close(e);
 }
 
-/* A step whose sampled rows are all greedy picks them in the forward pass
- * (kt_pick, inside the graph on cuda); one with a row above temperature 0
- * samples them all with kt_sample after it. Greedy rows get the same
- * tokens either way. */
+/* A step draws its sampled rows in the forward pass (kt_draw, inside the
+ * graph on cuda), by kernels that its rows' kind picks: greedy rows alone
+ * take the greedy kernel, beside a row above temperature 0 the sampling
+ * ones. Greedy rows get the same tokens either way. */
 static void test_greedy_beside_sampled_equals_alone(void **state)
 {
 	struct gen g[N_PROMPTS];

@@ -21,8 +21,13 @@
  * rows of a top_k of at most 256, others), so two cases sample rows again
  * in another launch and want the same ids exactly: the greedy edge rows
  * alone, and the rows of a sweep of one top_k beside a row of top_k 0.
- * Refusals of bad rows; and a device fault left by an op before a
- * sampling launch of each kernel, reported by that sampling.
+ *
+ * Every case of at most OP_MAX_TOKENS rows also draws them (kt_draw_rows,
+ * kt_draw, kt_drawn: the ids sample gives, enqueued without a wait), then
+ * with the draw recorded in a graph, and replays that graph with the rows'
+ * u moved and staged anew, against sample of the moved rows: a replayed
+ * draw reads the requests staged last. Refusals and device faults:
+ * ops_sample_faults.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -70,37 +75,70 @@ struct sample_out {
 	int32_t *greedy;   /* edge rows: the greedy rows again, in a launch of their own */
 	int rc_mixed;
 	int32_t *mixed;    /* sweeps of one top_k: the rows again beside a row of top_k 0 */
-	int rc_pick, rc_picked, rc_graph, rc_graph_picked;
-	int32_t *picked;   /* greedy edge and tie rows: kt_pick's ids, then as a graph records it */
-	int32_t *graphed;
+	bool drew;         /* rows up to a draw's most: drawn as well (draw_all) */
+	int kind, kind_graph, kind_again;
+	int rc_draw, rc_graph, rc_replay, rc_resample;
+	int32_t *drawn;    /* kt_draw's ids */
+	int32_t *graphed;  /* the same, the draw recorded in a graph */
+	int32_t *replayed; /* the graph replayed with other u staged */
+	int32_t *resampled; /* kt_sample's ids of those rows */
 };
 
-/* kt_pick as the ops of a graph (pick_in_graph). */
-struct pick_ctx {
+/* kt_draw as the ops of a graph (draw_all). */
+struct draw_ctx {
 	struct kt_backend *be;
 	struct kt_tensor logits;
 };
 
-static int pick_record(void *ctx)
+static int draw_record(void *ctx)
 {
-	const struct pick_ctx *c = ctx;
+	const struct draw_ctx *c = ctx;
 
-	return kt_pick(c->be, &c->logits);
+	return kt_draw(c->be, &c->logits);
 }
 
-/* The greedy rows [0, n) of l picked (kt_pick, kt_picked), and again
- * recorded in a graph and replayed, into o->picked and o->graphed. */
-static void pick_rows(struct op_run *r, const struct op_backend *b, const struct kt_tensor *l,
-		      int n, struct sample_out *o)
+static int draw_ids(struct kt_backend *be, const struct kt_tensor *l,
+		    const struct kt_sample_row *rows, int n, int *kind, int32_t *ids)
 {
-	struct pick_ctx c = { b->be, kt_rows(*l, 0, n) };
+	int rc;
 
-	o->picked = op_ints(r, (size_t)n);
+	if ((*kind = kt_draw_rows(be, rows, n, l->cols)) < 0)
+		return *kind;
+	return (rc = kt_draw(be, l)) ? rc : kt_drawn(be, ids, n);
+}
+
+/* The rows drawn (kt_draw_rows, kt_draw, kt_drawn), then drawn again by a
+ * graph that records the draw, and that graph replayed with the rows'
+ * u moved (staged anew: a replay must read them) beside kt_sample of the
+ * moved rows. */
+static void draw_all(struct op_run *r, const struct op_backend *b, const struct kt_tensor *l,
+		     const struct kt_sample_row *rows, int n, struct sample_out *o)
+{
+	struct draw_ctx c = { b->be, *l };
+	struct kt_sample_row *moved = op_dup(r, rows, (size_t)n * sizeof(*rows));
+	int rc;
+
+	for (int i = 0; i < n; i++)
+		moved[i].u = fmodf(moved[i].u + 0.37f, 1.0f);
+	o->drew = true;
+	o->drawn = op_ints(r, (size_t)n);
 	o->graphed = op_ints(r, (size_t)n);
-	o->rc_pick = kt_pick(b->be, &c.logits);
-	o->rc_picked = o->rc_pick ? o->rc_pick : kt_picked(b->be, o->picked, n);
-	o->rc_graph = kt_graph(b->be, op_case_key(r), pick_record, &c);
-	o->rc_graph_picked = o->rc_graph ? o->rc_graph : kt_picked(b->be, o->graphed, n);
+	o->replayed = op_ints(r, (size_t)n);
+	o->resampled = op_ints(r, (size_t)n);
+	o->rc_draw = draw_ids(b->be, l, rows, n, &o->kind, o->drawn);
+	if ((o->kind_graph = kt_draw_rows(b->be, rows, n, l->cols)) < 0)
+		o->rc_graph = o->kind_graph;
+	else if (!(o->rc_graph = kt_graph(b->be, op_case_key(r), draw_record, &c)))
+		o->rc_graph = kt_drawn(b->be, o->graphed, n);
+	o->rc_resample = kt_sample(b->be, l, moved, n, o->resampled);
+	if ((o->kind_again = kt_draw_rows(b->be, moved, n, l->cols)) < 0)
+		o->rc_replay = o->kind_again;
+	else if (o->kind_again != o->kind_graph)
+		o->rc_replay = 0; /* another kind: the graph's key would differ */
+	else if (!(rc = kt_graph(b->be, op_case_key(r), draw_record, &c)))
+		o->rc_replay = kt_drawn(b->be, o->replayed, n);
+	else
+		o->rc_replay = rc;
 }
 
 /* The oracle: a row in rank order and the running masses of that order. */
@@ -418,10 +456,9 @@ static void *sample_run(struct op_run *r, const void *params, const void *input,
 
 		o->greedy = op_ints(r, EDGE_GREEDY_ROWS);
 		o->rc_greedy = kt_sample(b->be, &g, in->rows, EDGE_GREEDY_ROWS, o->greedy);
-		pick_rows(r, b, &l, EDGE_GREEDY_ROWS, o);
 	}
-	if (p->kind == SAMPLE_GREEDY_TIES)
-		pick_rows(r, b, &l, in->n, o);
+	if (in->n <= OP_MAX_TOKENS)
+		draw_all(r, b, &l, in->rows, in->n, o);
 	if (p->kind == SAMPLE_SWEEP && p->top_k) {
 		/* the same rows and one more of top_k 0 (row 0's logits): a launch
 		 * that takes another kernel on cuda (one block a row, the radix
@@ -493,15 +530,24 @@ static void sample_check(struct op_run *r, const void *params, const void *input
 		op_check_ints(r, g->greedy, g->ids, EDGE_GREEDY_ROWS,
 			      "the greedy rows alone as beside the sampled ones");
 	}
-	if (p->kind == SAMPLE_GREEDY_EDGES || p->kind == SAMPLE_GREEDY_TIES) {
-		const int n = p->kind == SAMPLE_GREEDY_EDGES ? EDGE_GREEDY_ROWS : in->n;
+	if (g->drew) {
+		bool greedy = true;
 
-		op_check_rc(r, g->rc_pick, 0, "pick runs the greedy rows");
-		op_check_rc(r, g->rc_picked, 0, "picked reads them");
-		op_check_ints(r, g->picked, g->ids, (size_t)n, "pick's ids as sample's");
-		op_check_rc(r, g->rc_graph, 0, "pick runs in a graph");
-		op_check_rc(r, g->rc_graph_picked, 0, "picked reads the graph's");
-		op_check_ints(r, g->graphed, g->ids, (size_t)n, "the graph's picks as sample's");
+		for (int i = 0; i < in->n; i++)
+			greedy = greedy && in->rows[i].temperature == 0.0f;
+		op_check_rc(r, g->rc_draw, 0, "draw runs the rows");
+		op_check(r, g->kind >= 0 && g->kind < KT_DRAW_KINDS && (g->kind == 0) == greedy,
+			 "the draw's kind %d, 0 only for greedy rows", g->kind);
+		op_check_ints(r, g->drawn, g->ids, (size_t)in->n, "draw's ids as sample's");
+		op_check_rc(r, g->rc_graph, 0, "draw runs in a graph");
+		op_check(r, g->kind_graph == g->kind, "the same kind staged again (%d, %d)",
+			 g->kind_graph, g->kind);
+		op_check_ints(r, g->graphed, g->ids, (size_t)in->n, "the graph's draw as sample's");
+		op_check_rc(r, g->rc_resample, 0, "sample runs the rows with u moved");
+		op_check_rc(r, g->rc_replay, 0, "the graph replays with those rows staged");
+		if (g->kind_again == g->kind_graph)
+			op_check_ints(r, g->replayed, g->resampled, (size_t)in->n,
+				      "the replay's draw as sample's of the rows staged for it");
 	}
 	if (p->kind == SAMPLE_DISTRIBUTION) {
 		check_distribution(r, p, in, g->ids);
@@ -544,185 +590,6 @@ static void sample_check(struct op_run *r, const void *params, const void *input
 
 static const struct op_family sample = { sample_build, sample_run, sample_check, false };
 
-/* Refusals: a bad row beside a good one, rows other than n, no columns. */
-enum sample_fault {
-	NEGATIVE_TEMPERATURE, NAN_TEMPERATURE, INFINITE_TEMPERATURE, TOP_P_ABOVE_1,
-	TOP_P_NEGATIVE, NEGATIVE_TOP_K, U_1, U_NEGATIVE, U_NAN, ROWS_NOT_N, NO_COLUMNS,
-};
-
-struct sample_fault_params {
-	enum sample_fault fault;
-};
-
-struct sample_fault_out {
-	int rc_call, rc_sync;
-	int32_t ids[2];
-};
-
-static void *sample_fault_run(struct op_run *r, const void *params, const void *input,
-			      const struct op_backend *b)
-{
-	const struct sample_fault_params *p = params;
-	struct sample_fault_out *o = op_alloc(r, sizeof(*o));
-	const float l[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8 };
-	struct kt_sample_row rows[2] = { { .temperature = 1.0f, .top_p = 1.0f, .u = 0.5f } };
-	struct kt_tensor t = op_tensor(r, b, KT_F32, 2, 8, l);
-	int n = 2;
-
-	rows[1] = rows[0];
-	switch (p->fault) {
-	case NEGATIVE_TEMPERATURE: rows[1].temperature = -1.0f; break;
-	case NAN_TEMPERATURE: rows[1].temperature = NAN; break;
-	case INFINITE_TEMPERATURE: rows[1].temperature = INFINITY; break;
-	case TOP_P_ABOVE_1: rows[1].top_p = 1.5f; break;
-	case TOP_P_NEGATIVE: rows[1].top_p = -0.1f; break;
-	case NEGATIVE_TOP_K: rows[1].top_k = -1; break;
-	case U_1: rows[1].u = 1.0f; break;
-	case U_NEGATIVE: rows[1].u = -0.1f; break;
-	case U_NAN: rows[1].u = NAN; break;
-	case ROWS_NOT_N: n = 1; break;
-	case NO_COLUMNS: t = kt_reshape(t, 2, 0); break;
-	}
-	o->ids[0] = o->ids[1] = -7;
-	o->rc_call = kt_sample(b->be, &t, rows, n, o->ids);
-	o->rc_sync = kt_synchronize(b->be);
-	return o;
-}
-
-static void sample_fault_check(struct op_run *r, const void *params, const void *input,
-			       const void *got, const void *cpu)
-{
-	const struct sample_fault_out *g = got;
-	const int32_t untouched[2] = { -7, -7 };
-
-	op_check_rc(r, g->rc_call, -EINVAL, "refused at the call");
-	op_check_rc(r, g->rc_sync, 0, "nothing to report at the sync point");
-	op_check_ints(r, g->ids, untouched, 2, "ids left alone");
-}
-
-static const struct op_family sample_fault = { NULL, sample_fault_run, sample_fault_check, true };
-
-/* A fault that an op before the sampling left on the device (an
- * embedding's id past its table: cuda accepts it at the call and reports it
- * at the next sync point) is reported by the sampling launch after it,
- * whichever kernel samples (cuda's sampling kernels copy the fault word to
- * the host themselves), and only there: the sync point after it and a
- * second sampling have nothing to report. A backend that refuses the id at
- * the call samples as usual. */
-enum sample_after { AFTER_GREEDY, AFTER_TOP_K, AFTER_FULL, AFTER_PICK };
-
-struct sample_after_params {
-	enum sample_after kind;
-};
-
-struct sample_after_out {
-	int rc_embed, rc_sample, rc_sync, rc_again;
-	int32_t ids[2], again[2];
-};
-
-static void *sample_after_run(struct op_run *r, const void *params, const void *input,
-			      const struct op_backend *b)
-{
-	const struct sample_after_params *p = params;
-	struct sample_after_out *o = op_alloc(r, sizeof(*o));
-	const float l[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1 };
-	const float table[8 * 4] = { 0 };
-	const int32_t ids[2] = { 1, 8 }; /* 8: past the table's 8 rows */
-	struct kt_sample_row rows[2] = { { .temperature = 0.0f, .top_p = 1.0f, .u = 0.5f } };
-	struct kt_tensor t = op_tensor(r, b, KT_F32, 2, 8, l);
-	struct kt_tensor tab = op_tensor(r, b, KT_F32, 8, 4, table);
-	struct kt_tensor idt = op_tensor_raw(r, b, KT_I32, 2, 1, ids);
-	struct kt_tensor out = op_tensor(r, b, KT_F32, 2, 4, NULL);
-
-	if (p->kind != AFTER_GREEDY)
-		rows[0].temperature = 0.7f;
-	if (p->kind == AFTER_TOP_K)
-		rows[0].top_k = 4;
-	rows[1] = rows[0];
-	o->ids[0] = o->ids[1] = o->again[0] = o->again[1] = -7;
-	o->rc_embed = kt_embed(b->be, &out, &tab, &idt);
-	if (p->kind == AFTER_PICK) {
-		/* the fault is reported where the pick is read */
-		o->rc_sample = kt_pick(b->be, &t);
-		o->rc_sample = o->rc_sample ? o->rc_sample : kt_picked(b->be, o->ids, 2);
-		o->rc_sync = kt_synchronize(b->be);
-		o->rc_again = kt_pick(b->be, &t);
-		o->rc_again = o->rc_again ? o->rc_again : kt_picked(b->be, o->again, 2);
-		return o;
-	}
-	o->rc_sample = kt_sample(b->be, &t, rows, 2, o->ids);
-	o->rc_sync = kt_synchronize(b->be);
-	o->rc_again = kt_sample(b->be, &t, rows, 2, o->again);
-	return o;
-}
-
-static void sample_after_check(struct op_run *r, const void *params, const void *input,
-			       const void *got, const void *cpu)
-{
-	const struct sample_after_params *p = params;
-	const struct sample_after_out *g = got;
-	const int32_t argmax[2] = { 7, 0 };
-
-	if (g->rc_embed) {
-		op_check_rc(r, g->rc_embed, -EINVAL, "the id refused at the call");
-		op_check_rc(r, g->rc_sample, 0, "nothing pending: the sampling runs");
-	} else {
-		op_check_rc(r, g->rc_sample, -EINVAL,
-			    "the embedding's fault reported by the sampling after it");
-	}
-	op_check_rc(r, g->rc_sync, 0, "reported once: nothing at the next sync point");
-	op_check_rc(r, g->rc_again, 0, "a second sampling has nothing to report");
-	if (p->kind == AFTER_GREEDY || p->kind == AFTER_PICK)
-		op_check_ints(r, g->again, argmax, 2, "the second sampling's greedy ids");
-	else
-		op_check(r, g->again[0] >= 0 && g->again[0] < 8 && g->again[1] >= 0 &&
-				    g->again[1] < 8,
-			 "the second sampling's ids in range (%d, %d)", g->again[0], g->again[1]);
-}
-
-static const struct op_family sample_after = { NULL, sample_after_run, sample_after_check, true };
-
-/* pick refuses logits of no columns, of no rows and of more rows than
- * max_tokens (and max_seqs); picked refuses more ids than that, and a
- * negative count; nothing is left pending by a refusal. */
-struct pick_fault_out {
-	int rc_cols, rc_none, rc_rows, rc_many, rc_negative, rc_sync;
-};
-
-static void *pick_fault_run(struct op_run *r, const void *params, const void *input,
-			    const struct op_backend *b)
-{
-	struct pick_fault_out *o = op_alloc(r, sizeof(*o));
-	const int n = OP_MAX_TOKENS + 44;
-	struct kt_tensor t = op_tensor(r, b, KT_F32, n, 8, NULL);
-	const struct kt_tensor none = kt_reshape(kt_rows(t, 0, 2), 2, 0);
-	const struct kt_tensor empty = kt_rows(t, 0, 0);
-	int32_t *ids = op_ints(r, (size_t)n);
-
-	o->rc_cols = kt_pick(b->be, &none);
-	o->rc_none = kt_pick(b->be, &empty);
-	o->rc_rows = kt_pick(b->be, &t);
-	o->rc_many = kt_picked(b->be, ids, n);
-	o->rc_negative = kt_picked(b->be, ids, -1);
-	o->rc_sync = kt_synchronize(b->be);
-	return o;
-}
-
-static void pick_fault_check(struct op_run *r, const void *params, const void *input,
-			     const void *got, const void *cpu)
-{
-	const struct pick_fault_out *g = got;
-
-	op_check_rc(r, g->rc_cols, -EINVAL, "pick refuses logits of no columns");
-	op_check_rc(r, g->rc_none, -EINVAL, "pick refuses logits of no rows");
-	op_check_rc(r, g->rc_rows, -EINVAL, "pick refuses more rows than a step has");
-	op_check_rc(r, g->rc_many, -EINVAL, "picked refuses more ids than a pick has");
-	op_check_rc(r, g->rc_negative, -EINVAL, "picked refuses a negative count");
-	op_check_rc(r, g->rc_sync, 0, "nothing to report at the sync point");
-}
-
-static const struct op_family pick_fault = { NULL, pick_fault_run, pick_fault_check, true };
-
 #define SAMPLE(name, ...) \
 	{ name, "sample", &sample, &(const struct sample_params){ __VA_ARGS__ } }
 #define SWEEP(name, v, n, s, q, ...) \
@@ -730,8 +597,6 @@ static const struct op_family pick_fault = { NULL, pick_fault_run, pick_fault_ch
 #define CONSTRUCTED(name, ...) SAMPLE(name, .kind = SAMPLE_CONSTRUCTED, __VA_ARGS__)
 #define EDGES(v) SAMPLE("sample greedy and top_k 1, edge rows, V=" #v, \
 			.kind = SAMPLE_GREEDY_EDGES, .V = v)
-#define FAULT(name, f) \
-	{ name, "sample", &sample_fault, &(const struct sample_fault_params){ f } }
 
 static const struct op_case cases[] = {
 	EDGES(1), EDGES(7), EDGES(300), EDGES(1000), EDGES(40001), EDGES(151936),
@@ -791,26 +656,6 @@ static const struct op_case cases[] = {
 		    .temperature = 3.0f, .top_p = true, .ties = 10),
 	CONSTRUCTED("sample V=257 rows=max_tokens+44 top_p", .V = 257, .rows = OP_MAX_TOKENS + 44,
 		    .temperature = 1.0f, .top_p = true),
-	FAULT("sample: a negative temperature", NEGATIVE_TEMPERATURE),
-	FAULT("sample: temperature NaN", NAN_TEMPERATURE),
-	FAULT("sample: temperature infinite", INFINITE_TEMPERATURE),
-	FAULT("sample: top_p above 1", TOP_P_ABOVE_1),
-	FAULT("sample: a negative top_p", TOP_P_NEGATIVE),
-	FAULT("sample: a negative top_k", NEGATIVE_TOP_K),
-	FAULT("sample: u of 1", U_1),
-	FAULT("sample: a negative u", U_NEGATIVE),
-	FAULT("sample: u NaN", U_NAN),
-	FAULT("sample: rows other than n", ROWS_NOT_N),
-	FAULT("sample: logits of no columns", NO_COLUMNS),
-	{ "sample: a device fault before a greedy launch", "sample", &sample_after,
-	  &(const struct sample_after_params){ AFTER_GREEDY } },
-	{ "sample: a device fault before a top_k launch", "sample", &sample_after,
-	  &(const struct sample_after_params){ AFTER_TOP_K } },
-	{ "sample: a device fault before a full sampling launch", "sample", &sample_after,
-	  &(const struct sample_after_params){ AFTER_FULL } },
-	{ "sample: a device fault before a pick", "sample", &sample_after,
-	  &(const struct sample_after_params){ AFTER_PICK } },
-	{ "sample: pick refusals", "sample", &pick_fault, NULL },
 };
 
 OP_LIST(ops_sample, cases);

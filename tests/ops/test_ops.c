@@ -49,6 +49,7 @@
 	X(ops_attention_faults) \
 	X(ops_attention_parts) \
 	X(ops_sample) \
+	X(ops_sample_faults) \
 	X(ops_moe_route) \
 	X(ops_moe_matmul) \
 	X(ops_moe_faults) \
