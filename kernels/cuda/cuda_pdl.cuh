@@ -18,7 +18,9 @@
  *     only. It is launched so only right after a product, which writes
  *     neither, and when a kernel is placed every op before the kernel
  *     right before it has finished (that kernel has passed its pdl_wait,
- *     by the next rule).
+ *     by the next rule). The sampling kernels of a draw read their rows'
+ *     requests before it: host memory that the host wrote before the
+ *     launch (cuda_sample.cu), which no op writes.
  *   - pdl_launch_dependents() comes after pdl_wait(): the next kernel's
  *     blocks may then be placed as soon as every block of this one has
  *     passed it, which keeps at most two kernels on the multiprocessors, the
