@@ -64,6 +64,10 @@ static int gpus = 1;                /* ATLAS_TEST_GPUS */
 #define N_SESSIONS 4
 #define NEW_TOKENS 32
 #define TIMEOUT_S 3.0               /* ep_timeout of the fault tests */
+/* The head's ep_join_timeout where every worker should join: workers
+ * started beside the tests of a loaded two-core machine took more than
+ * the workers' 3 s to join (CI, 2026-12-03). */
+#define HEAD_JOIN_S 60.0
 
 static const int prompt_len[N_SESSIONS] = { 40, 3, 75, 1 };
 
@@ -269,7 +273,9 @@ static void equal_with(int ep, bool spec)
 	for (int r = 1; r < ep; r++)
 		w[r] = start_worker(&c, r);
 	phase("workers started", ep);
-	struct atlas_engine *e = open_engine(&c);
+	struct atlas_config head = c;
+	head.ep_join_timeout = HEAD_JOIN_S;
+	struct atlas_engine *e = open_engine(&head);
 	phase("the group is up", ep);
 	struct run got;
 	run_all(e, &got);
@@ -318,7 +324,9 @@ static void fault(int sig)
 	char err[ATLAS_ERRLEN];
 	config(&c, 2, free_port());
 	pid_t w = start_worker(&c, 1);
-	struct atlas_engine *e = open_engine(&c);
+	struct atlas_config head = c;
+	head.ep_join_timeout = HEAD_JOIN_S;
+	struct atlas_engine *e = open_engine(&head);
 	struct atlas_session *s = session(e, "long", 200);
 	int32_t ids[16];
 	et_prompt_ids(ids, 16, 9, vocab);
