@@ -267,12 +267,7 @@ int cpu_draw(struct kt_backend *be, const struct kt_tensor *logits)
 	if (!cpu_valid(logits, KT_F32) || cpu->draw_n < 1 || logits->rows != cpu->draw_n ||
 	    logits->cols != cpu->draw_v)
 		return -EINVAL;
-#pragma omp parallel for num_threads(cpu->threads) schedule(dynamic, 1) if (cpu->draw_n > 1)
-	for (int i = 0; i < cpu->draw_n; i++)
-		cpu->drawn_ids[i] = sample_row((const float *)logits->data + (int64_t)i * cpu->draw_v,
-					       cpu->draw_v, &cpu->draw_req[i],
-					       cpu_scratch_self(cpu)->cands);
-	return 0;
+	return cpu_sample(be, logits, cpu->draw_req, cpu->draw_n, cpu->drawn_ids);
 }
 
 int cpu_drawn(struct kt_backend *be, int32_t *ids, int n)

@@ -309,6 +309,25 @@ static bool row_ok(const struct kt_sample_row *s)
 	       s->top_p <= 1.0f && s->top_k >= 0 && s->u >= 0.0f && s->u < 1.0f;
 }
 
+/* The kernels that rows take, sample()'s and a draw's kind: greedy_kernel
+ * (every row greedy), topk_kernel (each greedy or of a small top_k), or
+ * sample_kernel; the same ids whichever (the top of this file). */
+enum rows_kernel { ROWS_GREEDY, ROWS_TOPK, ROWS_FULL };
+
+/* The kernel of rows [0, n) of logits of V columns; -EINVAL for a request
+ * out of range. */
+static int rows_kernel_of(const struct kt_sample_row *rows, int n, int64_t V)
+{
+	bool greedy = true;
+
+	for (int i = 0; i < n; i++) {
+		if (!row_ok(&rows[i]))
+			return -EINVAL;
+		greedy = greedy && rows[i].temperature == 0.0f;
+	}
+	return greedy ? ROWS_GREEDY : cuda_sample_topk_takes(rows, n, V) ? ROWS_TOPK : ROWS_FULL;
+}
+
 int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 		const struct kt_sample_row *rows, int n, int32_t *ids)
 {
@@ -321,15 +340,12 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	V = logits->cols;
 	if (V < 1 || V > SAMPLE_MAX_V)
 		return -EINVAL;
-	bool greedy = true, topk;
+	const int kernel = rows_kernel_of(rows, n, V);
+	const bool greedy = kernel == ROWS_GREEDY, topk = kernel == ROWS_TOPK;
 	int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
 
-	for (int i = 0; i < n; i++) {
-		if (!row_ok(&rows[i]))
-			return -EINVAL;
-		greedy = greedy && rows[i].temperature == 0.0f;
-	}
-	topk = !greedy && cuda_sample_topk_takes(rows, n, V);
+	if (kernel < 0)
+		return kernel;
 	if (topk && cap > CUDA_SAMPLE_TOPK_ROWS)
 		cap = CUDA_SAMPLE_TOPK_ROWS;
 	CU_CHECK(cu_enter(cu));
@@ -358,32 +374,26 @@ int cuda_sample(struct kt_backend *be, const struct kt_tensor *logits,
 	return n ? rc : cuda_sync_point(cu);
 }
 
-/* A draw's kinds: its rows' kernels, as sample() picks them for the same
- * rows; topk_kernel's only up to the rows of its candidates' buffer, past
- * them sample_kernel, whose ids are the same (the top of this file). */
-enum draw_kind { DRAW_GREEDY, DRAW_TOPK, DRAW_FULL };
-
 int cuda_draw_rows(struct kt_backend *be, const struct kt_sample_row *rows, int n, int64_t V)
 {
 	struct cuda_backend *cu = cu_of(be);
 	const int cap = cu->sample_cap < 65535 ? cu->sample_cap : 65535; /* grid y */
-	bool greedy = true;
 
 	if (n < 1 || n > cap || !rows || V < 1 || V > SAMPLE_MAX_V)
 		return -EINVAL;
-	for (int i = 0; i < n; i++) {
-		if (!row_ok(&rows[i]))
-			return -EINVAL;
-		greedy = greedy && rows[i].temperature == 0.0f;
-	}
+	int kernel = rows_kernel_of(rows, n, V);
+
+	if (kernel < 0)
+		return kernel;
+	/* a draw is one launch: topk_kernel's only up to its candidates' rows */
+	if (kernel == ROWS_TOPK && n > CUDA_SAMPLE_TOPK_ROWS)
+		kernel = ROWS_FULL;
 	memcpy(cu->draw_host, rows, (size_t)n * sizeof(*rows));
 	cu->draw_n = n;
 	cu->draw_v = V;
-	cu->draw_kind = greedy ? DRAW_GREEDY
-			: n <= CUDA_SAMPLE_TOPK_ROWS && cuda_sample_topk_takes(rows, n, V) ? DRAW_TOPK
-											: DRAW_FULL;
-	static_assert(DRAW_FULL < KT_DRAW_KINDS, "a draw's kind fits a graph's key");
-	return cu->draw_kind;
+	cu->draw_kind = kernel;
+	static_assert(ROWS_FULL < KT_DRAW_KINDS, "a draw's kind fits a graph's key");
+	return kernel;
 }
 
 /* The draw's kernels under PDL, not waited for: they read the staged
@@ -401,9 +411,9 @@ int cuda_draw(struct kt_backend *be, const struct kt_tensor *logits)
 	const float *l = (const float *)logits->data;
 	const int64_t V = logits->cols;
 
-	if (cu->draw_kind == DRAW_GREEDY)
+	if (cu->draw_kind == ROWS_GREEDY)
 		cuda_sample_greedy_launch(cu, l, V, m, true);
-	else if (cu->draw_kind == DRAW_TOPK)
+	else if (cu->draw_kind == ROWS_TOPK)
 		cuda_sample_topk_launch(cu, l, V, m, cu->draw_map, true);
 	else
 		cu_launch(cu->pdl, sample_kernel, dim3((unsigned)m), dim3(SAMPLE_THREADS), 0,

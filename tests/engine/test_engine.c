@@ -201,6 +201,63 @@ static void test_graphs_on_and_off_agree(void **state)
 	assert_key_changes_nothing(&graphs, 256, 200, "graphs on vs off");
 }
 
+/* Seeded sessions that sample: one at top_k 40 and top_p 0.9 beside a
+ * greedy one (cuda: steps that draw on topk_kernel), and with full, one
+ * more at top_k 0 (steps on sample_kernel). max_tokens tokens each, all
+ * submitted at once; out[0..2] (the last only with full). */
+static void run_sampled(struct atlas_engine *e, struct gen *out, int max_tokens, bool full)
+{
+	static const char *const temps[] = { "0.7", "0", "1" }, *const top_ks[] = { "40", "0", "0" },
+				 *const top_ps[] = { "0.9", "1", "1" };
+	const int n = full ? 3 : 2, vocab = atlas_engine_vocab_size(e);
+	struct atlas_session *s[3];
+	char err[ATLAS_ERRLEN], name[16], mt[16];
+	snprintf(mt, sizeof mt, "%d", max_tokens);
+	for (int i = 0; i < n; i++) {
+		int32_t ids[32];
+		snprintf(name, sizeof name, "d%d", i);
+		assert_int_equal(atlas_session_open(e, name, &s[i], err, sizeof err), 0);
+		et_set(s[i], "mode", "raw");
+		et_set(s[i], "temperature", temps[i]);
+		et_set(s[i], "top_k", top_ks[i]);
+		et_set(s[i], "top_p", top_ps[i]);
+		et_set(s[i], "seed", "31");
+		et_set(s[i], "max_tokens", mt);
+		et_set(s[i], "ignore_eos", "1");
+		et_prompt_ids(ids, 9 + 11 * i, 300u + (uint32_t)i, vocab);
+		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)(9 + 11 * i), err,
+							     sizeof err), 1);
+	}
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
+		out[i] = generated(s[i], 1);
+		assert_int_equal(out[i].n, max_tokens);
+		atlas_session_close(s[i]);
+	}
+}
+
+/* Sampled steps draw inside their CUDA graphs, a replay reading the
+ * requests (each row's u) staged for it: the tokens of steps launched op
+ * by op, for both draw kernels. On cpu both are op by op. */
+static void test_sampled_graphs_on_and_off_agree(void **state)
+{
+	for (int full = 0; full < 2; full++) {
+		struct gen on[3], off[3];
+		struct atlas_engine *e = open_engine(4, 64, 64ull << 20);
+		run_sampled(e, on, 40, full);
+		atlas_engine_close(e);
+		graphs = false;
+		e = open_engine(4, 64, 64ull << 20);
+		run_sampled(e, off, 40, full);
+		atlas_engine_close(e);
+		graphs = true;
+		for (int i = 0; i < 2 + full; i++)
+			assert_same(on[i], off[i], "sampled, graphs on vs off");
+		free_gens(on, 2 + full);
+		free_gens(off, 2 + full);
+	}
+}
+
 /* Kernels that overlap their neighbours' start and end (programmatic
  * dependent launch, prefill in chunks of 64 and decode, in graphs and op
  * by op) give the tokens of kernels that run strictly one after another.
@@ -625,6 +682,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_fails_one_turn_only),
 		cmocka_unit_test(test_cancel_reset_and_busy),
 		cmocka_unit_test(test_seeded_sampling_is_reproducible),
+		cmocka_unit_test(test_sampled_graphs_on_and_off_agree),
 		cmocka_unit_test(test_text_prompts_tokenize_later),
 		cmocka_unit_test(test_session_names_and_limits),
 		cmocka_unit_test(test_weights_truncated_under_the_engine),
