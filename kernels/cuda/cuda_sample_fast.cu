@@ -13,12 +13,14 @@
  * Rows greedy or of a top_k of at most TOPK_MAX_K (topk_kernel; the
  * sessions' default top_k is 40): a block a chunk of TOPK_CHUNK logits
  * selects its top_k (key, ~id) values in rank order (topk_desc: the keys at
- * or above a threshold that keeps at least top_k of them, sorted in shared
- * memory; a sort of all 4,096 made 64 rows of 38 blocks cost Qwen3-0.6B a
- * quarter of its batch-64 rate) and leaves them in cu->sample_cand, which
- * hold the row's top_k first among them; the row's last block selects those
- * the same way and draws from them in one thread (topk_pick:
- * sample_row's sets and bounds over a list of at most TOPK_MAX_K). The
+ * or above a threshold that keeps at least top_k of them, each placed by
+ * its rank among them; a sort of all 4,096 made 64 rows of 38 blocks cost
+ * Qwen3-0.6B a quarter of its batch-64 rate) and leaves them in
+ * cu->sample_cand, which hold the row's top_k first among them; the row's
+ * last block selects those the same way and draws from them (topk_pick:
+ * sample_row's sets and bounds over a list of at most TOPK_MAX_K, its
+ * running masses a scan). At one row the kernel took 38 us, a
+ * greedy_kernel 5 (H200 trace, 2026-12-03, docs/perf.md). The
  * one-block radix selection took 9 to 13 passes over the row, 40-50 us
  * each: about 0.6 ms a step at any batch (docs/perf.md).
  */
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	}
 }
 
-/* v[0, n) sorted into descending order by the block (n a power of 2). */
+/* v[0, n) sorted into descending order by the block (n a power of 2), a
+ * bitonic network through shared memory: for more values than threads. */
 __device__ void sort_desc(uint64_t *v, int n)
 {
 	for (int k = 2; k <= n; k <<= 1)
@@ -102,22 +105,64 @@ __device__ void sort_desc(uint64_t *v, int n)
 		}
 }
 
+/* v[0, SAMPLE_THREADS) sorted into descending order by the block, the same
+ * network with value i in thread i's register: a compare of partners in one
+ * warp (j < 32) is a shuffle, one across warps goes through v and spare
+ * ([SAMPLE_THREADS] of shared scratch) in turn, a barrier a compare. The
+ * network in shared memory paid a barrier for each of its 45 compares. */
+__device__ void sort_desc_regs(uint64_t *v, uint64_t *spare)
+{
+	const int i = threadIdx.x;
+	uint64_t x = v[i];
+	bool turn = false;
+
+	for (int k = 2; k <= SAMPLE_THREADS; k <<= 1)
+		for (int j = k >> 1; j > 0; j >>= 1) {
+			uint64_t y;
+
+			if (j >= 32) {
+				uint64_t *b = turn ? spare : v;
+
+				turn = !turn;
+				b[i] = x;
+				__syncthreads();
+				y = b[i ^ j];
+			} else {
+				y = __shfl_xor_sync(FULL_WARP, x, j);
+			}
+			/* the lower of the pair keeps the larger in a descending run */
+			const bool lower = (i & j) == 0, desc = (i & k) == 0;
+			x = (lower == desc) ? (x > y ? x : y) : (x < y ? x : y);
+		}
+	__syncthreads();
+	v[i] = x;
+	__syncthreads();
+}
+
+/* Largest keys a block ranks by counting instead of sorting: each of
+ * them compares itself with all the others, about 42 for k = 40. */
+#define TOPK_RANK_MAX 256
+
 /* The k largest of n keys (k <= TOPK_MAX_K, n <= TOPK_CAND, unique but
- * for 0s), sorted into v[0, k) in descending order, by the block: key i is
- * key(i), read once. Each thread keeps its keys i = tid + SAMPLE_THREADS·j
- * in registers; the k-th largest of the threads' maxima, t, has at least k
- * keys at or above it (those maxima), so the k largest are among the keys
- * >= t. Those (a few more than k for logits: about 42 for k = 40 of 4,096)
- * are gathered into v and sorted, instead of all n: the same k keys in the
- * same order as a sort of all n. maxes: SAMPLE_THREADS of shared scratch. */
+ * for 0s), in descending order with 0s after the keys if fewer than k, by
+ * the block: key i is key(i), read once. Returns where they are: spare
+ * ([SAMPLE_THREADS] of shared scratch) or v. Each thread keeps its keys
+ * i = tid + SAMPLE_THREADS·j in registers; the k-th largest of the
+ * threads' maxima, t, has at least k keys at or above it (those maxima),
+ * so the k largest are among the keys >= t. Those (a few more than k for
+ * logits: about 42 for k = 40 of 4,096) are gathered into v and each one's
+ * rank among them (the keys above it) is its place: the same k keys in the
+ * same order as a sort of all n. */
 template <typename F>
-__device__ void topk_desc(uint64_t *v, int n, int k, uint64_t *maxes, int *count, const F &key)
+__device__ uint64_t *topk_desc(uint64_t *v, int n, int k, uint64_t *spare, int *count,
+			       const F &key)
 {
 	constexpr int J = TOPK_CAND / SAMPLE_THREADS;
 	uint64_t x[J], m = 0, t;
 	int c, p = 1;
 
 	static_assert(TOPK_MAX_K <= SAMPLE_THREADS, "the threshold is one of the maxima");
+	static_assert(TOPK_RANK_MAX <= SAMPLE_THREADS, "a thread ranks one key");
 #pragma unroll
 	for (int j = 0; j < J; j++) {
 		const int i = (int)threadIdx.x + j * SAMPLE_THREADS;
@@ -125,12 +170,11 @@ __device__ void topk_desc(uint64_t *v, int n, int k, uint64_t *maxes, int *count
 		x[j] = i < n ? key(i) : 0;
 		m = x[j] > m ? x[j] : m;
 	}
-	maxes[threadIdx.x] = m;
+	spare[threadIdx.x] = m;
 	if (threadIdx.x == 0)
 		*count = 0;
-	__syncthreads();
-	sort_desc(maxes, SAMPLE_THREADS);
-	t = maxes[k - 1];
+	sort_desc_regs(spare, v);
+	t = spare[k - 1];
 #pragma unroll
 	for (int j = 0; j < J; j++) {
 		const bool in = x[j] >= t && x[j] != 0;
@@ -147,53 +191,90 @@ __device__ void topk_desc(uint64_t *v, int n, int k, uint64_t *maxes, int *count
 	}
 	__syncthreads();
 	c = *count;
+	if (c <= TOPK_RANK_MAX) {
+		const int i = threadIdx.x;
+
+		if (i < c) {
+			const uint64_t key_i = v[i];
+			int rank = 0;
+
+			for (int j = 0; j < c; j++)
+				rank += v[j] > key_i;
+			if (rank < k)
+				spare[rank] = key_i;
+		} else if (i < k) {
+			spare[i] = 0;
+		}
+		__syncthreads();
+		return spare;
+	}
 	while (p < c || p < k)
 		p <<= 1;
 	for (int i = c + (int)threadIdx.x; i < p; i += SAMPLE_THREADS)
 		v[i] = 0;
 	__syncthreads();
 	sort_desc(v, p);
+	return v;
 }
 
 /* sample_row's pick for a row of q whose k first tokens of rank order are
  * c[0, k) ((key, ~id), rank order; k = q.top_k < V, or 1 for a greedy row),
- * as one thread: the same sets and bounds, with the running masses summed
- * token by token. A tie group that a radix level splits gets the same
- * position here: every sum of k <= TOPK_MAX_K masses of at most 2^40 is
- * exact in a double, so sample_row's comparisons and tie_position's give
- * what this one's exact ones give. */
-__device__ int32_t topk_pick(const uint64_t *c, int k, const kt_sample_row &q)
+ * by the block: the same sets and bounds, with the running masses summed
+ * token by token. Thread i < k takes token i's mass and the running masses
+ * are a scan of them: sums of integers, the same in any order. A tie group
+ * that a radix level splits gets the same position here: every sum of
+ * k <= TOPK_MAX_K masses of at most 2^40 is exact in a double, so
+ * sample_row's comparisons and tie_position's give what this one's exact
+ * ones give. run: [TOPK_MAX_K] of shared scratch. */
+__device__ int32_t topk_pick(const uint64_t *c, int k, const kt_sample_row &q, uint64_t *run)
 {
+	__shared__ uint64_t warp_sums[SAMPLE_WARPS];
+	__shared__ int first_in_p, first_drawn;
 	const row_ctx r = { NULL, 0, false, key_logit((uint32_t)(c[0] >> 32)), q.temperature };
 	auto id_of = [&](int i) { return (int32_t)(0xffffffffu - (uint32_t)c[i]); };
-	auto mass = [&](int i) { return mass_of(r, key_logit((uint32_t)(c[i] >> 32))); };
-	uint64_t total = 0, run = 0;
-	double bound;
+	const int i = threadIdx.x, lane = i & 31;
+	uint64_t mine, total;
 	int n = k;
 
 	if (q.temperature == 0.0f)
 		return id_of(0);
-	for (int i = 0; i < k; i++)
-		total += mass(i);
+	mine = i < k ? mass_of(r, key_logit((uint32_t)(c[i] >> 32))) : 0;
+	for (int o = 1; o < 32; o <<= 1) {
+		const uint64_t below = __shfl_up_sync(FULL_WARP, mine, o);
+
+		if (lane >= o)
+			mine += below;
+	}
+	if (lane == 31)
+		warp_sums[i >> 5] = mine;
+	if (i == 0) {
+		first_in_p = k;
+		first_drawn = k;
+	}
+	__syncthreads();
+	for (int w = 0; w < (i >> 5); w++)
+		mine += warp_sums[w];
+	if (i < k)
+		run[i] = mine;
+	__syncthreads();
+	total = run[k - 1];
 	if (q.top_p < 1.0f) {
-		bound = (double)q.top_p * (double)total;
-		for (int i = 0; i < k; i++) {
-			run += mass(i);
-			if (meets((double)run, bound, false)) {
-				n = i + 1;
-				total = run;
-				break;
-			}
+		const double bound = (double)q.top_p * (double)total;
+
+		if (i < k && meets((double)mine, bound, false))
+			atomicMin(&first_in_p, i);
+		__syncthreads();
+		if (first_in_p < k) {
+			n = first_in_p + 1;
+			total = run[first_in_p];
 		}
 	}
-	bound = (double)q.u * (double)total;
-	run = 0;
-	for (int i = 0; i < n; i++) {
-		run += mass(i);
-		if (meets((double)run, bound, true))
-			return id_of(i);
-	}
-	return id_of(n - 1);
+	const double bound = (double)q.u * (double)total;
+
+	if (i < n && meets((double)mine, bound, true))
+		atomicMin(&first_drawn, i);
+	__syncthreads();
+	return id_of(first_drawn < n ? first_drawn : n - 1);
 }
 
 /* Row blockIdx.y of a launch whose rows are greedy or have a top_k of at
@@ -205,7 +286,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	topk_kernel(const float *logits, int64_t V, const kt_sample_row *rows, sample_out out,
 		    uint64_t *cand, unsigned *count)
 {
-	__shared__ uint64_t v[TOPK_CAND], maxes[SAMPLE_THREADS];
+	__shared__ uint64_t v[TOPK_CAND], spare[SAMPLE_THREADS];
 	__shared__ int count_in;
 	__shared__ bool last;
 	const int row = blockIdx.y;
@@ -219,13 +300,13 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	pdl_wait();
 	pdl_launch_dependents();
 	sample_publish_fault(out);
-	topk_desc(v, TOPK_CHUNK, k, maxes, &count_in, [&](int i) {
+	const uint64_t *top = topk_desc(v, TOPK_CHUNK, k, spare, &count_in, [&](int i) {
 		return lo + i < V ? (uint64_t)rank_key(__ldg(l + lo + i)) << 32 |
 					    (0xffffffffu - (uint32_t)(lo + i))
 				  : (uint64_t)0;
 	});
 	for (int i = threadIdx.x; i < k; i += blockDim.x)
-		rc[blockIdx.x * k + i] = v[i];
+		rc[blockIdx.x * k + i] = top[i];
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		__threadfence();
@@ -235,10 +316,12 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 	if (!last)
 		return;
 	__threadfence();
-	topk_desc(v, k * (int)gridDim.x, k, maxes, &count_in,
-		  [&](int i) { return __ldcg(rc + i); });
+	top = topk_desc(v, k * (int)gridDim.x, k, spare, &count_in,
+			[&](int i) { return __ldcg(rc + i); });
+	const int32_t id = topk_pick(top, k, q, top == v ? spare : v);
+
 	if (threadIdx.x == 0) {
-		out.ids[row] = topk_pick(v, k, q);
+		out.ids[row] = id;
 		count[row] = 0;
 	}
 }
