@@ -19,8 +19,9 @@
  * cu->sample_cand, which hold the row's top_k first among them; the row's
  * last block selects those the same way and draws from them (topk_pick:
  * sample_row's sets and bounds over a list of at most TOPK_MAX_K, its
- * running masses a scan). At one row the kernel took 38 us, a
- * greedy_kernel 5 (H200 trace, 2026-12-03, docs/perf.md). The
+ * running masses a scan). At one row the kernel took 40 us with a sort
+ * for each selection and the pick in one thread, 19 us so, a
+ * greedy_kernel 5 (H200 traces, 2026-12-03, docs/perf.md). The
  * one-block radix selection took 9 to 13 passes over the row, 40-50 us
  * each: about 0.6 ms a step at any batch (docs/perf.md).
  */
