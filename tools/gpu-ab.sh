@@ -33,6 +33,8 @@
 #        on cuda (test_ops), the speculative decoding invariants
 #        (test_spec, the MTP head's forward pass too) and the engine's
 #        (test_engine, on each model) of the last side.
+# check: those tests alone, without the comparisons (about 60 s): for a
+#        change that moves no model's output, such as sampling's kernels.
 # bench: atlas bench on each SHAPE (arch-shape, qwen3-0.6b by default) with
 #        AB_BENCH's options, every side in turn, AB_ROUNDS times (2: the
 #        second round shows the drift of the machine). CSVs
@@ -61,8 +63,8 @@
 # A machine keeps /tmp and ignored build folders between calls while it is
 # warm; a cold one needs build again. Exit status: the number of failures.
 set -u
-patches=${1:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench|trace [SHAPE...]}
-phase=${2:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|bench|trace [SHAPE...]}
+patches=${1:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|check|bench|trace [SHAPE...]}
+phase=${2:?usage: gpu-ab.sh PATCH[,PATCH...] build|same|check|bench|trace [SHAPE...]}
 shift 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src"
@@ -84,6 +86,23 @@ build_side() {
 	(cd "$(side_dir "$1")" && { [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled; } &&
 		ninja -C build-gpu) >"$out/build-$1.log" 2>&1 ||
 		{ grep -E "error" "$out/build-$1.log" | head -20; return 1; }
+}
+
+# The op cases on cuda, test_spec and test_engine (on each model) of the
+# working tree's build (the last side).
+run_tests() {
+	build-gpu/tests/ops/test_ops cuda >"$out/ops-cuda.log" 2>&1 || failed=$((failed + 1))
+	grep -E "FAILED|cases on" "$out/ops-cuda.log"
+	ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
+		tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
+		tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
+	grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/spec-cuda.log"
+	for m in $models; do
+		ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_engine tests/fidelity/models/$m \
+			>"$out/engine-cuda-$m.log" 2>&1 || failed=$((failed + 1))
+		echo "test_engine $m: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' \
+			"$out/engine-cuda-$m.log" | tr '\n' ' ')"
+	done
 }
 
 case $phase in
@@ -171,18 +190,10 @@ same)
 				{ echo "$f: DIFFERENT"; failed=$((failed + 1)); }
 		done
 	done
-	build-gpu/tests/ops/test_ops cuda >"$out/ops-cuda.log" 2>&1 || failed=$((failed + 1))
-	grep -E "FAILED|cases on" "$out/ops-cuda.log"
-	ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_spec tests/fidelity/models/qwen3_f32_gqa_tied \
-		tests/fidelity/models/qwen3_f16_gqa_sharded tests/fidelity/models/qwen3_bf16_mha_untied \
-		tests/fidelity/models/qwen3_f32_mtp >"$out/spec-cuda.log" 2>&1 || failed=$((failed + 1))
-	grep -E '^\[ *(PASSED|FAILED|  ERROR) ' "$out/spec-cuda.log"
-	for m in $models; do
-		ATLAS_TEST_BACKEND=cuda build-gpu/tests/engine/test_engine tests/fidelity/models/$m \
-			>"$out/engine-cuda-$m.log" 2>&1 || failed=$((failed + 1))
-		echo "test_engine $m: $(grep -E '^\[ *(PASSED|FAILED|  ERROR) ' \
-			"$out/engine-cuda-$m.log" | tr '\n' ' ')"
-	done
+	run_tests
+	;;
+check)
+	run_tests
 	;;
 bench)
 	[ $# -gt 0 ] || set -- qwen3-0.6b
