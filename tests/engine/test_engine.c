@@ -73,6 +73,19 @@ static void free_gens(struct gen *g, int n)
 		free(g[i].ids);
 }
 
+/* The first turn of sessions s[0, n), each max_tokens long, into out; the
+ * sessions are closed. */
+static void collect_first_turns(struct atlas_session **s, int n, struct gen *out,
+				int max_tokens)
+{
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
+		out[i] = generated(s[i], 1);
+		assert_int_equal(out[i].n, (size_t)max_tokens);
+		atlas_session_close(s[i]);
+	}
+}
+
 static void assert_same(struct gen a, struct gen b, const char *what)
 {
 	if (a.n != b.n)
@@ -121,12 +134,7 @@ static void run_batch_beside(struct atlas_engine *e, struct gen *out, int max_to
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)prompt_len[i], err,
 							     sizeof err), 1);
 	}
-	for (int i = 0; i < N_PROMPTS; i++) {
-		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
-		out[i] = generated(s[i], 1);
-		assert_int_equal(out[i].n, max_tokens);
-		atlas_session_close(s[i]);
-	}
+	collect_first_turns(s, N_PROMPTS, out, max_tokens);
 	if (other) {
 		assert_int_equal(et_wait_turn(other, 1, NULL, 0, 0), 0);
 		atlas_session_close(other);
@@ -228,12 +236,7 @@ static void run_sampled(struct atlas_engine *e, struct gen *out, int max_tokens,
 		assert_int_equal(atlas_session_submit_tokens(s[i], ids, (size_t)(9 + 11 * i), err,
 							     sizeof err), 1);
 	}
-	for (int i = 0; i < n; i++) {
-		assert_int_equal(et_wait_turn(s[i], 1, NULL, 0, 0), 0);
-		out[i] = generated(s[i], 1);
-		assert_int_equal(out[i].n, max_tokens);
-		atlas_session_close(s[i]);
-	}
+	collect_first_turns(s, n, out, max_tokens);
 }
 
 /* Sampled steps draw inside their CUDA graphs, a replay reading the
