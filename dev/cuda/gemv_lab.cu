@@ -701,6 +701,15 @@ static void run_tile(float *y, const float *xf, const bf16 *w, int T, int N, int
 		tile_launch<2, 16, XT, PDL>(y, x, w, T, N, K);
 }
 
+/* The tree's tiling at up to 8 rows of x with NT n-tiles a block (lm_head's
+ * 18,992 blocks of 8 rows at NT = 1), launched under PDL. */
+template <int NT>
+static void run_tile_nt(float *y, const float *xf, const bf16 *w, int T, int N, int K)
+{
+	(void)xf;
+	tile_launch<NT, 8, bf16, true>(y, L.xb, w, T, N, K);
+}
+
 struct variant {
 	const char *name;
 	bool rounds_x; /* computes with x rounded to bf16 */
@@ -875,6 +884,8 @@ static const struct variant variants[] = {
 	{ "tile", true, 16, run_tile<float> },
 	{ "tileb", true, 16, run_tile<bf16> },
 	{ "tilebp", true, 16, run_tile<bf16, true> },
+	{ "tilebp2", true, 8, run_tile_nt<2> },
+	{ "tilebp4", true, 8, run_tile_nt<4> },
 	{ "bulk", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, float> },
 	{ "bulkb", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16> },
 	{ "bulkbp", true, 8, run_bulk<GEMV_BULK_STAGES, GEMV_BULK_BLOCKS_PER_SM, bf16, true> },
@@ -1126,7 +1137,7 @@ int main(int argc, char **argv)
 		for (int T : t_list) {
 			std::vector<float> xh((size_t)T * s.K), xr((size_t)T * s.K);
 			double gbs[N_VARIANTS] = { 0 }, err[N_VARIANTS] = { 0 };
-			std::vector<float> tile_y[2]; /* tile's and tileb's outputs, for bulk and bulkb */
+			std::vector<float> tile_y[2]; /* tile's and tileb's outputs, for bulk, bulkb and tilebp* */
 			struct reference ref;
 			char line[256], *p = line;
 
@@ -1153,12 +1164,14 @@ int main(int argc, char **argv)
 				err[v] = check(yh, ref, var->rounds_x, rows, T, s.N);
 				if (!strcmp(var->name, "tile") || !strcmp(var->name, "tileb"))
 					tile_y[var->name[4] == 'b'].assign(yh, yh + (size_t)T * s.N);
-				else if (!strncmp(var->name, "bulk", 4)) {
-					const std::vector<float> &ty = tile_y[var->name[4] == 'b'];
+				else if (!strncmp(var->name, "bulk", 4) ||
+					 !strncmp(var->name, "tilebp", 6)) {
+					const bool xb = var->name[4] == 'b' || var->name[0] == 't';
+					const std::vector<float> &ty = tile_y[xb];
 
 					if (!ty.empty() && memcmp(ty.data(), yh, (size_t)T * s.N * 4)) {
 						printf("FAIL %s K %d N %d T %d: not the bits of tile%s\n",
-						       var->name, s.K, s.N, T, var->name[4] == 'b' ? "b" : "");
+						       var->name, s.K, s.N, T, xb ? "b" : "");
 						failed = true;
 					}
 				}

@@ -155,6 +155,15 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
  * is level or ahead. */
 #define GEMV_WIDE_ROWS 65536
 
+/* Such a product of K of one k-block (GEMV_KBLOCK; Qwen3-0.6B's 1,024)
+ * takes 16 rows a block (NT = 2): a warp's one k-step of 8 rows is only
+ * half the vectors its ring keeps in flight, so at 8 rows a block the GPU
+ * asks for half the bytes it could. In the lab on an H200 (1024 -> 151936)
+ * 3,980 GB/s at one row against 3,768, 4,008 against 3,519 at 8; at K =
+ * 4096 it lost a fifth (3,239 against 4,077), where 8 rows fill the ring
+ * over 4 k-steps. Qwen3-0.6B batch 1 +0.4 %, batch 8 +0.6 % (docs/perf.md). */
+#define GEMV_WIDE_NT2_MAX_K GEMV_KBLOCK
+
 /* Whether a product of these parts at T rows is that wide. */
 template <typename B>
 static bool gemv_wide(const gemv_parts<B> &parts, int T)
@@ -261,6 +270,8 @@ static int launch(struct cuda_backend *cu, const gemv_parts<B> &parts, const XT 
 		return launch_bulk(cu, parts, x, T, K);
 	for (int i = 0; i < parts.n; i++)
 		rows += parts.N[i];
+	if (T <= 8 && K <= GEMV_WIDE_NT2_MAX_K && gemv_wide(parts, T))
+		return launch_tt<2, 8>(cu, parts, x, T, K);
 	if (T <= 8)
 		return launch_tt<1, 8>(cu, parts, x, T, K);
 	if (rows < GEMV_NT2_MIN_N)

@@ -437,10 +437,13 @@ static const struct op_case cases[] = {
 	INV("matmul batch invariance R=12 K=5000 N=64 bf16", .R = 12, .K = 5000, .N = 64,
 	    .bf16 = true,
 	    .windows = { { 0, 12 }, { 3, 1 }, { 0, 2 }, { 5, 3 }, { 1, 4 }, { 4, 8 }, { 2, 9 } }),
-	/* cuda: past GEMV_WIDE_ROWS (an lm_head), 1-8 rows stay on gemv_kernel
-	 * at 8 rows a block, 9 take its tiles of 16 */
+	/* cuda: past GEMV_WIDE_ROWS (an lm_head), 1-8 rows stay on gemv_kernel,
+	 * at 16 rows of w a block where K is one k-block (GEMV_WIDE_NT2_MAX_K)
+	 * and 8 past it; 9 rows take its tiles of 16 rows of x */
 	INV("matmul batch invariance R=9 K=256 N=65544 bf16", .R = 9, .K = 256, .N = 65544,
 	    .bf16 = true, .windows = { { 0, 9 }, { 4, 1 }, { 0, 3 }, { 1, 8 } }),
+	INV("matmul batch invariance R=9 K=1032 N=65544 bf16", .R = 9, .K = 1032, .N = 65544,
+	    .bf16 = true, .windows = { { 0, 9 }, { 2, 1 }, { 1, 8 } }),
 	FAULT("matmul: w of other columns", FAULT_W_COLS),
 	FAULT("matmul: y of other columns", FAULT_Y_COLS),
 	FAULT("matmul: bias of other columns", FAULT_BIAS_COLS),
