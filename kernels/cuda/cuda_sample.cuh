@@ -76,22 +76,35 @@ struct row_ctx {
 
 /* Call f(i, logit, valid) for every i in [0, V), every lane the same number
  * of times (valid false past the end, so f may hold warp collectives),
- * reading 16 bytes per thread and step when the row allows. */
-template <typename F> __device__ __forceinline__ void for_each_logit(const row_ctx &r, F f)
+ * reading 16 bytes per thread and step when the row allows. UNROLL: steps
+ * whose loads are asked for together before f sees any of them, for a
+ * short f (a step's load is otherwise a round trip of its own). */
+template <int UNROLL = 1, typename F>
+__device__ __forceinline__ void for_each_logit(const row_ctx &r, F f)
 {
 	if (r.vec4) {
 		const float4 *l4 = (const float4 *)r.l;
 		const int64_t n4 = r.V / 4;
 
-		for (int64_t base = 0; base < n4; base += blockDim.x) {
-			const int64_t j = base + threadIdx.x;
-			const bool ok = j < n4;
-			const float4 v = ok ? __ldg(l4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		for (int64_t base = 0; base < n4; base += UNROLL * blockDim.x) {
+			float4 v[UNROLL];
 
-			f(4 * j, v.x, ok);
-			f(4 * j + 1, v.y, ok);
-			f(4 * j + 2, v.z, ok);
-			f(4 * j + 3, v.w, ok);
+#pragma unroll
+			for (int u = 0; u < UNROLL; u++) {
+				const int64_t j = base + u * blockDim.x + threadIdx.x;
+
+				v[u] = j < n4 ? __ldg(l4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			}
+#pragma unroll
+			for (int u = 0; u < UNROLL; u++) {
+				const int64_t j = base + u * blockDim.x + threadIdx.x;
+				const bool ok = j < n4;
+
+				f(4 * j, v[u].x, ok);
+				f(4 * j + 1, v[u].y, ok);
+				f(4 * j + 2, v[u].z, ok);
+				f(4 * j + 3, v[u].w, ok);
+			}
 		}
 	} else {
 		for (int64_t base = 0; base < r.V; base += blockDim.x) {
@@ -116,6 +129,12 @@ __device__ __forceinline__ bool meets(double v, double bound, bool strict)
 	return strict ? v > bound : v >= bound;
 }
 
+/* Steps of row_best's loop asked for together: greedy_kernel's chunk of
+ * 16 logits a thread in one round trip, not four. Its own time at one row
+ * of 151,936 went from 5.4 to 4.9 us (an H200 trace; the bench level,
+ * docs/perf.md); sample_kernel's row of 74 steps takes 19 round trips. */
+#define ROW_BEST_UNROLL 4
+
 /* The largest (key, ~id) of r's logits, ids counted from lo: the
  * largest key, the lowest id among equals, as one 64-bit value. red: 32
  * values of shared memory for block_reduce. */
@@ -123,7 +142,7 @@ __device__ __forceinline__ uint64_t row_best(const row_ctx &r, int64_t lo, uint6
 {
 	uint64_t best = 0;
 
-	for_each_logit(r, [&](int64_t i, float li, bool ok) {
+	for_each_logit<ROW_BEST_UNROLL>(r, [&](int64_t i, float li, bool ok) {
 		const uint64_t v = (uint64_t)rank_key(li) << 32 | (0xffffffffu - (uint32_t)(lo + i));
 
 		best = ok && v > best ? v : best;
