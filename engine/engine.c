@@ -2,11 +2,13 @@
  *
  * The loop, with engine.lock held except while the executor runs:
  *   housekeeping (free closed sessions, release the KV of reset ones)
- *   deliver notifications (callbacks run without the lock)
  *   start the next tools request (atlas_engine_logits), if any
  *   plan a step (sched_plan) and apply what planning did to sessions;
- *     if there is no step, sleep until work arrives
- *   run the command without the lock (exec_run)
+ *     if there is no step, deliver notifications (callbacks run without
+ *     the lock) and sleep until work arrives
+ *   without the lock: deliver notifications, queue the command
+ *     (exec_launch; a device's backend: the notifications after it, while
+ *     the step runs) and wait for it (exec_finish)
  *   commit it (sched_commit) and hand its tokens and logits to their owners
  */
 #include <errno.h>
@@ -53,10 +55,10 @@ static void housekeeping(struct atlas_engine *e)
 	}
 }
 
-/* Call the notify callback for every session marked since the last call.
- * The callbacks run without the lock; sessions are only freed by this thread,
- * so the pointers stay valid meanwhile. */
-static void deliver(struct atlas_engine *e, struct atlas_session **list)
+/* The sessions marked for their notify callback since the last call, into
+ * list; their marks cleared. Sessions are only freed by this thread, so the
+ * pointers stay valid until it frees them. */
+static int notify_take(struct atlas_engine *e, struct atlas_session **list)
 {
 	int n = 0;
 	for (struct atlas_session *s = e->sessions; s; s = s->next)
@@ -65,14 +67,29 @@ static void deliver(struct atlas_engine *e, struct atlas_session **list)
 			if (!s->closed && n < e->cfg.max_sessions)
 				list[n++] = s;
 		}
-	if (!n || !e->notify_fn)
-		return;
-	atlas_notify_fn fn = e->notify_fn;
-	void *ctx = e->notify_ctx;
-	pthread_mutex_unlock(&e->lock);
+	return e->notify_fn ? n : 0;
+}
+
+/* Their callbacks, without the lock. */
+static void notify_run(struct atlas_engine *e, struct atlas_session **list, int n)
+{
 	for (int i = 0; i < n; i++)
-		fn(ctx, list[i]);
+		e->notify_fn(e->notify_ctx, list[i]);
+}
+
+/* Call the notify callback for every session marked since the last call;
+ * how many were called. The lock was let go if any were: what other
+ * threads did meanwhile (a turn submitted, its signal sent to no one) is
+ * for the caller to look at again. */
+static int deliver(struct atlas_engine *e, struct atlas_session **list)
+{
+	const int n = notify_take(e, list);
+	if (!n)
+		return 0;
+	pthread_mutex_unlock(&e->lock);
+	notify_run(e, list, n);
 	pthread_mutex_lock(&e->lock);
+	return n;
 }
 
 static bool pending_work(struct atlas_engine *e)
@@ -220,15 +237,29 @@ static bool ep_ready(struct atlas_engine *e)
 	return false;
 }
 
-static void run_step(struct atlas_engine *e)
+/* Run the planned step. The notifications marked until now (the last
+ * step's tokens, this one's admissions) are delivered without the lock,
+ * which the thread takes again only once the step has run: a callback
+ * wakes a reader, which takes the lock to read, so the step no longer
+ * waits behind the readers it woke. On a backend that queues its ops they
+ * go out while the device runs the step, else before it. */
+static void run_step(struct atlas_engine *e, struct atlas_session **list)
 {
 	char err[ATLAS_ERRLEN];
 	struct step_result res;
 	uint64_t t0 = atlas_now_ns();
+	const bool queued = e->x->be->info.queued;
+	const int n_notify = notify_take(e, list);
 	pthread_mutex_unlock(&e->lock);
+	if (!queued)
+		notify_run(e, list, n_notify);
 	int rc = e->ep ? ep_head_step(e->ep, &e->cmd, err, sizeof err) : 0;
 	if (!rc)
-		rc = exec_run(e->x, &e->cmd, &res, err, sizeof err);
+		rc = exec_launch(e->x, &e->cmd, err, sizeof err);
+	if (queued)
+		notify_run(e, list, n_notify);
+	if (!rc)
+		rc = exec_finish(e->x, &e->cmd, &res, err, sizeof err);
 	const uint64_t t1 = atlas_now_ns();
 	if (!rc && e->step_fn)
 		e->step_fn(e->step_ctx, &e->cmd, &res);
@@ -295,18 +326,20 @@ static void *engine_main(void *arg)
 	pthread_mutex_lock(&e->lock);
 	while (!e->stop) {
 		housekeeping(e);
-		deliver(e, list);
 		if (e->persist == PERSIST_ASKED) {
+			deliver(e, list);
 			persist_run(e);
 			continue;
 		}
 		if (e->persist == PERSIST_DONE) {
 			/* Kept: nothing runs again; closes and notifications still do. */
+			deliver(e, list);
 			if (!pending_work(e) && !e->stop)
 				pthread_cond_wait(&e->wake, &e->lock);
 			continue;
 		}
 		if (e->ep && !ep_ready(e)) {
+			deliver(e, list);
 			engine_wait_for_moves(e);
 			continue;
 		}
@@ -315,10 +348,12 @@ static void *engine_main(void *arg)
 		if (sched_plan(&e->sched, &e->cmd) > 0 || e->sched.n_events) {
 			apply_events(e);
 			if (e->cmd.n_seqs)
-				run_step(e);
+				run_step(e, list);
+			else
+				deliver(e, list);
 			continue;
 		}
-		if (pending_work(e) || e->stop || logits_job_waiting(e))
+		if (deliver(e, list) || pending_work(e) || e->stop || logits_job_waiting(e))
 			continue;
 		if (e->x->pool.n_active)
 			engine_wait_for_moves(e);

@@ -181,6 +181,8 @@ struct kt_device_info {
 	uint64_t memory_free;    /* at open */
 	enum kt_dtype kv_dtype;  /* dtype the backend wants for the KV cache */
 	bool graphs;             /* kt_graph records and replays (else it only runs record) */
+	bool queued;             /* ops are queued on a device and run while the caller goes
+				  * on until a sync point (cuda); else each runs in its call */
 	bool att_p_bf16;         /* attention on bf16 caches rounds the softmax weights to
 				  * bf16 for P·V (cpu with AMX, cuda's tensor cores) */
 	bool matmul_x_bf16;      /* matmul rounds x to bf16 before every product with bf16

@@ -641,8 +641,7 @@ static int download_kept(struct exec *x, const struct step_cmd *c, int *n_keep)
 	return 0;
 }
 
-int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
-	     size_t errlen)
+int exec_launch(struct exec *x, const struct step_cmd *c, char *err, size_t errlen)
 {
 	const char *be = x->be->info.backend;
 	bool sample = false;
@@ -656,11 +655,21 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 	 * pass, and of its graph: the ids kt_sample gives. */
 	for (int i = 0; i < c->n_out; i++)
 		sample = sample || c->out[i].sample;
-	const uint64_t recorded = x->be->graphs_recorded;
+	x->launched_sample = sample;
+	x->launched_graphs = x->be->graphs_recorded;
 	if ((rc = forward(x, c, sample)))
 		return atlas_errf(err, errlen, rc, "%s backend: forward pass failed (%s)", be,
 				  strerror(-rc));
-	if (sample && (rc = kt_drawn(x->be, x->tokens, c->n_out)))
+	return 0;
+}
+
+int exec_finish(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
+		size_t errlen)
+{
+	const char *be = x->be->info.backend;
+	int rc;
+
+	if (x->launched_sample && (rc = kt_drawn(x->be, x->tokens, c->n_out)))
 		return atlas_errf(err, errlen, rc, "%s backend: sampling failed (%s)", be,
 				  strerror(-rc));
 	for (int i = 0; i < c->n_out; i++)
@@ -674,6 +683,13 @@ int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, ch
 				  be, strerror(-rc));
 	r->tokens = x->tokens;
 	r->logits = x->logits;
-	r->recorded = x->be->graphs_recorded != recorded;
+	r->recorded = x->be->graphs_recorded != x->launched_graphs;
 	return 0;
+}
+
+int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
+	     size_t errlen)
+{
+	int rc = exec_launch(x, c, err, errlen);
+	return rc ? rc : exec_finish(x, c, r, err, errlen);
 }

@@ -8,7 +8,8 @@
  * commands); one more, the pad slot, serves the padding rows of graphed
  * steps and points every entry at the pool's pad block.
  *
- * One thread at a time: the engine thread. exec_run allocates nothing.
+ * One thread at a time: the engine thread. exec_run (exec_launch, exec_finish)
+ * allocates nothing.
  */
 #ifndef ATLAS_ENGINE_EXEC_H
 #define ATLAS_ENGINE_EXEC_H
@@ -84,6 +85,10 @@ struct exec {
 	struct kt_segment *segments;            /* [max_seqs] */
 	int32_t *tokens;                        /* [max_out] the result's tokens */
 	float *logits;                          /* [max_out, vocab] the result's kept rows */
+
+	/* The command exec_launch queued, until exec_finish. */
+	bool launched_sample;                   /* it draws sampled rows */
+	uint64_t launched_graphs;               /* be->graphs_recorded before it */
 };
 
 /* Open the backend cfg names, load its model (or dummy shape), or that
@@ -116,5 +121,14 @@ int exec_staging_open(struct exec *x, uint64_t stage_bytes, char *err, size_t er
  * leaves the KV of the command's sequences undefined. */
 int exec_run(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
 	     size_t errlen);
+
+/* exec_run in two halves, so that the caller works while a device runs
+ * the step: exec_launch checks c and queues its forward pass (on a backend
+ * without a queue, runs it); exec_finish, on the same c and next after a
+ * launch that succeeded, waits for it and fills r. An error of either
+ * leaves the KV of the command's sequences undefined. */
+int exec_launch(struct exec *x, const struct step_cmd *c, char *err, size_t errlen);
+int exec_finish(struct exec *x, const struct step_cmd *c, struct step_result *r, char *err,
+		size_t errlen);
 
 #endif

@@ -252,6 +252,7 @@ static int setup(struct cuda_backend *cu, char *err, size_t errlen)
 	info->att_p_bf16 = true;
 	info->matmul_x_bf16 = true;
 	info->graphs = true;
+	info->queued = true;
 	cu->pdl = cu->pdl && prop.major >= 9;
 	return 0;
 }
