@@ -161,7 +161,7 @@ static int launch_tt(struct cuda_backend *cu, gemv_parts<B> parts, const XT *x, 
  * asks for half the bytes it could. In the lab on an H200 (1024 -> 151936)
  * 3,980 GB/s at one row against 3,768, 4,008 against 3,519 at 8; at K =
  * 4096 it lost a fifth (3,239 against 4,077), where 8 rows fill the ring
- * over 4 k-steps. Qwen3-0.6B batch 1 +0.4 %, batch 8 +0.6 % (docs/perf.md). */
+ * over 4 k-steps. Qwen3-0.6B batch 1 +0.8 %, batch 8 +0.9 % (docs/perf.md). */
 #define GEMV_WIDE_NT2_MAX_K GEMV_KBLOCK
 
 /* Whether a product of these parts at T rows is that wide. */
